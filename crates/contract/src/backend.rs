@@ -1,0 +1,195 @@
+//! Backend-link payloads: what an agent backend and the edge exchange.
+//!
+//! One backend socket multiplexes many client sessions; every request names
+//! its session. Tool names here are always namespaced (`client__…`): the
+//! backend never sees a device's own names.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::mcp::{CallToolResult, ToolDeclaration};
+
+/// Method names on the backend link.
+pub mod method {
+    /// List connected sessions.
+    pub const SESSIONS_LIST: &str = "sessions/list";
+    /// Start a turn against one session.
+    pub const TURN_BEGIN: &str = "turn/begin";
+    /// Read a session's applied manifest.
+    pub const TOOLS_LIST: &str = "tools/list";
+    /// Call a tool on a session's device.
+    pub const TOOLS_CALL: &str = "tools/call";
+    /// Edge → backend: a session's manifest moved.
+    pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
+    /// Edge → backend: a session latched closed.
+    pub const SESSION_CLOSED: &str = "notifications/session/closed";
+}
+
+/// One connected session as `sessions/list` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// Edge-assigned session id.
+    pub session: String,
+    /// Verified principal (`sub`) of the device credential.
+    pub principal: String,
+    /// The device's `serverInfo`.
+    #[serde(default)]
+    pub server_info: Value,
+    /// Seq of the applied manifest.
+    pub seq: u64,
+    /// Tools in the applied manifest.
+    pub tools: usize,
+}
+
+/// `sessions/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionsList {
+    /// Connected sessions, sorted by id.
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// Params naming one session (`turn/begin`, `tools/list`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionParams {
+    /// Session id.
+    pub session: String,
+}
+
+/// `turn/begin` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnBegun {
+    /// Edge-assigned turn id, for logs and correlation.
+    pub turn: String,
+    /// Session id.
+    pub session: String,
+    /// Seq of the applied manifest at turn start.
+    pub seq: u64,
+}
+
+/// Why the edge left a declared tool out of the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The declaration alone exceeds the declaration cap.
+    DeclarationTooLarge,
+    /// Keeping it would exceed the manifest byte cap.
+    ManifestTooLarge,
+    /// Keeping it would exceed the tool count cap.
+    TooManyTools,
+    /// The device paged past the edge's page cap.
+    TooManyPages,
+    /// The declaration had no usable name.
+    InvalidDeclaration,
+}
+
+impl DropReason {
+    /// Stable name for logs and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DropReason::DeclarationTooLarge => "declaration_too_large",
+            DropReason::ManifestTooLarge => "manifest_too_large",
+            DropReason::TooManyTools => "too_many_tools",
+            DropReason::TooManyPages => "too_many_pages",
+            DropReason::InvalidDeclaration => "invalid_declaration",
+        }
+    }
+}
+
+/// One tool the caps left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedTool {
+    /// The device's original name.
+    pub name: String,
+    /// Serialized declaration size in bytes.
+    pub bytes: usize,
+    /// Why it was dropped.
+    pub reason: DropReason,
+}
+
+/// A session's applied manifest as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Session id.
+    pub session: String,
+    /// Seq of this manifest.
+    pub seq: u64,
+    /// Tools under their namespaced names.
+    pub tools: Vec<ToolDeclaration>,
+    /// The device's free-text concept model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// The device's structured concept (`tether.dev/concept`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concept: Option<Value>,
+    /// The device's context `{pointer, snapshot}` (`tether.dev/context`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    /// Tools the caps left out, so nobody wonders where they went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedTool>,
+}
+
+/// `_meta` of a backend `tools/call`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallMeta {
+    /// The turn's user credential (checked by issue-4 scope rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    /// What is left of the backend's per-tool budget, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ms: Option<u64>,
+    /// The manifest seq the model's tool list was built from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_seq: Option<u64>,
+    /// Passed through to the device as `tether.dev/idempotency_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Params of a backend `tools/call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallParams {
+    /// Session id.
+    pub session: String,
+    /// Namespaced tool name.
+    pub name: String,
+    /// Tool arguments.
+    #[serde(default)]
+    pub arguments: Value,
+    /// Budget and binding.
+    #[serde(default, rename = "_meta")]
+    pub meta: CallMeta,
+}
+
+/// Result of a backend `tools/call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallResponse {
+    /// The device's result, unchanged but for size checks.
+    pub result: CallToolResult,
+    /// The fresh manifest when this call moved it (or the caller's was stale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Manifest>,
+    /// Seq of the applied manifest after the call.
+    pub seq: u64,
+    /// True when the result's seq moved but the re-read failed; the manifest may be stale.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manifest_stale: bool,
+}
+
+/// Params of `notifications/tools/list_changed` on the backend link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListChanged {
+    /// Session id.
+    pub session: String,
+    /// The newly applied seq.
+    pub seq: u64,
+}
+
+/// Params of `notifications/session/closed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionClosed {
+    /// Session id.
+    pub session: String,
+    /// Why it closed (`disconnected`, `shutdown`, `protocol_error`, …).
+    pub reason: String,
+}

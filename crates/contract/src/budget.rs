@@ -1,0 +1,184 @@
+//! Time budgets as data: named legs with durations, and the chain rule.
+//!
+//! The edge's call leg, its catalog re-read leg and the headroom to report an
+//! inner failure must fit, in series, inside the backend's per-tool budget:
+//! 7 + 4 + 1 = 12 s by default. [`Budgets::validate`] checks that when
+//! configuration is resolved, so a misconfigured deployment fails at boot
+//! instead of timing out in the wrong layer at 3 a.m.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One named phase of a call, so each expiry can say which one ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leg {
+    /// The device's own ceiling for answering a call (enforced by the device).
+    ClientAnswer,
+    /// Edge → device `tools/call`.
+    ToolCall,
+    /// Edge → device catalog re-read after a call moved the seq.
+    Reread,
+    /// The backend's whole budget for one tool call.
+    PerTool,
+    /// The backend's catalog read at turn start (retried once, outside the chain).
+    TurnStart,
+}
+
+impl Leg {
+    /// The stable wire name used in `data.leg`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Leg::ClientAnswer => "client_answer",
+            Leg::ToolCall => "tool_call",
+            Leg::Reread => "reread",
+            Leg::PerTool => "per_tool",
+            Leg::TurnStart => "turn_start",
+        }
+    }
+}
+
+/// Every budget in the chain, with the defaults of the design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budgets {
+    /// The device's own answer ceiling.
+    pub client_answer: Duration,
+    /// Edge → device call leg.
+    pub tool_call: Duration,
+    /// Edge → device re-read leg.
+    pub reread: Duration,
+    /// Slack left to report the inner failure upward.
+    pub headroom: Duration,
+    /// Backend per-tool budget.
+    pub per_tool: Duration,
+    /// Turn-start catalog read, per attempt.
+    pub turn_start: Duration,
+    /// Pause before the single turn-start retry.
+    pub turn_start_backoff: Duration,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            client_answer: Duration::from_millis(2_000),
+            tool_call: Duration::from_millis(7_000),
+            reread: Duration::from_millis(4_000),
+            headroom: Duration::from_millis(1_000),
+            per_tool: Duration::from_millis(12_000),
+            turn_start: Duration::from_millis(2_000),
+            turn_start_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why a budget set cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    /// A leg is zero, so every call would time out.
+    #[error("budget leg {0} is zero")]
+    Zero(&'static str),
+    /// The device's ceiling is not shorter than the edge's call leg.
+    #[error("client answer ceiling {client_ms} ms must be shorter than the tool_call leg {call_ms} ms")]
+    ClientNotInsideCall {
+        /// Device ceiling.
+        client_ms: u128,
+        /// Edge call leg.
+        call_ms: u128,
+    },
+    /// The serial chain does not fit the per-tool budget.
+    #[error("tool_call {call_ms} + reread {reread_ms} + headroom {headroom_ms} ms exceeds per_tool {per_tool_ms} ms")]
+    ChainTooLong {
+        /// Edge call leg.
+        call_ms: u128,
+        /// Edge re-read leg.
+        reread_ms: u128,
+        /// Headroom.
+        headroom_ms: u128,
+        /// Backend per-tool budget.
+        per_tool_ms: u128,
+    },
+}
+
+impl Budgets {
+    /// The serial sum the edge can spend on one call before answering.
+    pub fn edge_chain(&self) -> Duration {
+        self.tool_call + self.reread
+    }
+
+    /// What the whole chain would cost if the turn-start read and its retry ran mid-turn.
+    pub fn chain_with_turn_start_retry(&self) -> Duration {
+        self.edge_chain() + self.headroom + self.turn_start * 2 + self.turn_start_backoff
+    }
+
+    /// Checks the ordering and the chain rule; run it whenever configuration resolves.
+    pub fn validate(&self) -> Result<(), BudgetError> {
+        let legs = [
+            ("client_answer", self.client_answer),
+            ("tool_call", self.tool_call),
+            ("reread", self.reread),
+            ("per_tool", self.per_tool),
+            ("turn_start", self.turn_start),
+        ];
+        if let Some((name, _)) = legs.iter().find(|(_, d)| d.is_zero()) {
+            return Err(BudgetError::Zero(name));
+        }
+        if self.client_answer >= self.tool_call {
+            return Err(BudgetError::ClientNotInsideCall {
+                client_ms: self.client_answer.as_millis(),
+                call_ms: self.tool_call.as_millis(),
+            });
+        }
+        if self.edge_chain() + self.headroom > self.per_tool {
+            return Err(BudgetError::ChainTooLong {
+                call_ms: self.tool_call.as_millis(),
+                reread_ms: self.reread.as_millis(),
+                headroom_ms: self.headroom.as_millis(),
+                per_tool_ms: self.per_tool.as_millis(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_seven_four_one_twelve() {
+        let b = Budgets::default();
+        assert_eq!(b.validate(), Ok(()));
+        assert_eq!(b.edge_chain() + b.headroom, b.per_tool);
+    }
+
+    #[test]
+    fn table_of_bad_budgets() {
+        let ms = Duration::from_millis;
+        let cases: Vec<(&str, Budgets, fn(&BudgetError) -> bool)> = vec![
+            ("long call", Budgets { tool_call: ms(8_000), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::ChainTooLong { .. })
+            }),
+            ("no headroom", Budgets { headroom: ms(1_001), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::ChainTooLong { .. })
+            }),
+            ("client over call", Budgets { client_answer: ms(7_000), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::ClientNotInsideCall { .. })
+            }),
+            ("zero reread", Budgets { reread: ms(0), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::Zero("reread"))
+            }),
+        ];
+        for (name, budgets, check) in cases {
+            let err = budgets.validate().err();
+            assert!(err.as_ref().is_some_and(check), "{name}: got {err:?}");
+        }
+    }
+
+    #[test]
+    fn leg_names_are_snake_case_on_the_wire() {
+        for leg in [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart] {
+            assert_eq!(serde_json::to_value(leg).ok(), Some(serde_json::Value::from(leg.as_str())));
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! JSON-RPC 2.0 framing: one message per text frame.
+//!
+//! [`parse`] classifies a frame as request, notification or response and
+//! reports why a frame is not valid JSON-RPC, so each link can answer bad
+//! input with a structured error instead of dropping it. Ids are kept as raw
+//! JSON values because peers may use numbers or strings.
+
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorKind, WireError};
+
+/// The `jsonrpc` member every frame must carry.
+pub const VERSION: &str = "2.0";
+
+/// One classified JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// A call that expects a response.
+    Request {
+        /// Caller-chosen id, echoed in the response.
+        id: Value,
+        /// Method name.
+        method: String,
+        /// Params (an empty object when absent).
+        params: Value,
+    },
+    /// A fire-and-forget message.
+    Notification {
+        /// Method name.
+        method: String,
+        /// Params (an empty object when absent).
+        params: Value,
+    },
+    /// The answer to an earlier request.
+    Response {
+        /// Id of the request this answers.
+        id: Value,
+        /// `result` on success, the raw `error` object on failure.
+        outcome: Result<Value, Value>,
+    },
+}
+
+/// Why a text frame is not a usable JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FrameError {
+    /// Not JSON at all.
+    #[error("frame is not valid JSON: {0}")]
+    Parse(String),
+    /// JSON, but not a JSON-RPC 2.0 message; `id` is echoed when one was readable.
+    #[error("frame is not a JSON-RPC 2.0 message: {reason}")]
+    Invalid {
+        /// The id, when the frame had a usable one.
+        id: Option<Value>,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl FrameError {
+    /// The wire error to answer with, and the id to answer to (null when unknown).
+    pub fn to_wire(&self) -> (Value, WireError) {
+        match self {
+            FrameError::Parse(_) => {
+                (Value::Null, WireError::new(ErrorKind::ParseError, "frame is not valid JSON"))
+            }
+            FrameError::Invalid { id, reason } => (
+                id.clone().unwrap_or(Value::Null),
+                WireError::new(ErrorKind::InvalidRequest, format!("not a JSON-RPC 2.0 message: {reason}")),
+            ),
+        }
+    }
+}
+
+fn valid_id(id: &Value) -> bool {
+    matches!(id, Value::String(_)) || id.as_i64().is_some() || id.as_u64().is_some()
+}
+
+/// Classifies one text frame.
+pub fn parse(text: &str) -> Result<Frame, FrameError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| FrameError::Parse(e.to_string()))?;
+    classify(value)
+}
+
+/// Classifies an already-parsed JSON value.
+pub fn classify(value: Value) -> Result<Frame, FrameError> {
+    let Value::Object(mut obj) = value else {
+        return Err(FrameError::Invalid { id: None, reason: "not an object" });
+    };
+    let id = obj.remove("id");
+    let usable_id = id.clone().filter(valid_id);
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some(VERSION) {
+        return Err(FrameError::Invalid { id: usable_id, reason: "jsonrpc must be \"2.0\"" });
+    }
+    if let Some(method) = obj.remove("method") {
+        let Value::String(method) = method else {
+            return Err(FrameError::Invalid { id: usable_id, reason: "method must be a string" });
+        };
+        let params = match obj.remove("params") {
+            None => Value::Object(Map::new()),
+            Some(p @ (Value::Object(_) | Value::Array(_))) => p,
+            Some(_) => {
+                return Err(FrameError::Invalid { id: usable_id, reason: "params must be structured" })
+            }
+        };
+        return match id {
+            None => Ok(Frame::Notification { method, params }),
+            Some(id) if valid_id(&id) => Ok(Frame::Request { id, method, params }),
+            Some(_) => Err(FrameError::Invalid { id: None, reason: "id must be a string or integer" }),
+        };
+    }
+    let Some(id) = usable_id else {
+        return Err(FrameError::Invalid { id: None, reason: "response without a usable id" });
+    };
+    match (obj.remove("result"), obj.remove("error")) {
+        (Some(result), None) => Ok(Frame::Response { id, outcome: Ok(result) }),
+        (None, Some(error @ Value::Object(_))) => Ok(Frame::Response { id, outcome: Err(error) }),
+        _ => {
+            Err(FrameError::Invalid { id: Some(id), reason: "response needs exactly one of result or error" })
+        }
+    }
+}
+
+/// Serializes a request.
+pub fn request(id: &Value, method: &str, params: &Value) -> String {
+    serde_json::json!({"jsonrpc": VERSION, "id": id, "method": method, "params": params}).to_string()
+}
+
+/// Serializes a notification.
+pub fn notification(method: &str, params: &Value) -> String {
+    serde_json::json!({"jsonrpc": VERSION, "method": method, "params": params}).to_string()
+}
+
+/// Serializes a success response.
+pub fn response(id: &Value, result: &Value) -> String {
+    serde_json::json!({"jsonrpc": VERSION, "id": id, "result": result}).to_string()
+}
+
+/// Serializes an error response.
+pub fn error_response(id: &Value, error: &WireError) -> String {
+    serde_json::json!({"jsonrpc": VERSION, "id": id, "error": error.to_json()}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn classifies_the_three_shapes() {
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Frame::Request { .. })));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","method":"n","params":{}}"#),
+            Ok(Frame::Notification { .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            Ok(Frame::Response { outcome: Ok(_), .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"x"}}"#),
+            Ok(Frame::Response { outcome: Err(_), .. })
+        ));
+    }
+
+    #[test]
+    fn bad_frames_say_why_and_keep_the_id() {
+        let cases = [
+            ("not json", None),
+            ("[1,2]", None),
+            (r#"{"id":3,"method":"x"}"#, Some(json!(3))),
+            (r#"{"jsonrpc":"1.0","id":"k","method":"x"}"#, Some(json!("k"))),
+            (r#"{"jsonrpc":"2.0","id":4,"method":7}"#, Some(json!(4))),
+            (r#"{"jsonrpc":"2.0","id":5,"method":"x","params":3}"#, Some(json!(5))),
+            (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#, None),
+            (r#"{"jsonrpc":"2.0","result":{}}"#, None),
+            (r#"{"jsonrpc":"2.0","id":6,"result":{},"error":{}}"#, Some(json!(6))),
+        ];
+        for (text, want_id) in cases {
+            let err = parse(text).err();
+            let Some(err) = err else { panic!("{text} parsed") };
+            let (id, wire) = err.to_wire();
+            assert_eq!(id, want_id.unwrap_or(Value::Null), "{text}");
+            assert!(matches!(wire.kind, ErrorKind::ParseError | ErrorKind::InvalidRequest));
+        }
+    }
+}

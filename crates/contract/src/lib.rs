@@ -1,0 +1,36 @@
+//! The canonical contract between a tether edge and an agent backend.
+//!
+//! Everything both sides must agree on lives here and nowhere else: the
+//! JSON-RPC framing ([`jsonrpc`]), the MCP-shaped client-link payloads
+//! ([`mcp`]), the backend-link payloads ([`backend`]), the error kinds with
+//! their stable codes ([`error`]), the namespace shape ([`names`]), the size
+//! caps ([`limits`]) and the time budgets ([`budget`]).
+//!
+//! Architecture invariant: this crate does no I/O and names no client or
+//! client domain. It is types and rules only, so both deployables can link it
+//! without dragging each other in.
+
+pub mod backend;
+pub mod budget;
+pub mod error;
+pub mod jsonrpc;
+pub mod limits;
+pub mod mcp;
+pub mod names;
+
+pub use budget::{BudgetError, Budgets, Leg};
+pub use error::{ErrorKind, WireError};
+pub use limits::{CapError, Caps};
+
+/// Subprotocol a client offers at upgrade; the edge refuses to guess versions.
+pub const CLIENT_SUBPROTOCOL: &str = "tether.v1";
+/// Path a device dials.
+pub const CLIENT_PATH: &str = "/v1/client";
+/// Path an agent backend dials.
+pub const BACKEND_PATH: &str = "/v1/backend";
+/// JWT audience of a device credential.
+pub const AUD_CLIENT: &str = "tether-client";
+/// JWT audience of a backend service credential.
+pub const AUD_BACKEND: &str = "tether-backend";
+/// MCP protocol revision the client link speaks.
+pub const MCP_PROTOCOL_VERSION: &str = "2025-11-25";

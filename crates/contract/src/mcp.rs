@@ -1,0 +1,155 @@
+//! Client-link payloads: the Model Context Protocol shapes, socket reversed.
+//!
+//! The edge is the MCP *client* (it sends `initialize`, `tools/list`,
+//! `tools/call`, `notifications/cancelled`); the device is the MCP *server*.
+//! tether's additions ride in `_meta` under the `tether.dev/` prefix.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Method names on the client link.
+pub mod method {
+    /// Edge → device handshake.
+    pub const INITIALIZE: &str = "initialize";
+    /// Edge → device, after the handshake.
+    pub const INITIALIZED: &str = "notifications/initialized";
+    /// Edge → device catalog read (paged by `cursor`).
+    pub const TOOLS_LIST: &str = "tools/list";
+    /// Edge → device tool execution.
+    pub const TOOLS_CALL: &str = "tools/call";
+    /// Device → edge: the catalog moved.
+    pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
+    /// Edge → device: stop work nobody waits for.
+    pub const CANCELLED: &str = "notifications/cancelled";
+    /// Either direction liveness probe.
+    pub const PING: &str = "ping";
+    /// Edge → device: which manifest was applied and what the caps dropped.
+    pub const MANIFEST_APPLIED: &str = "notifications/tether.dev/manifest_applied";
+}
+
+/// `_meta` keys tether adds.
+pub mod meta {
+    /// The device's catalog sequence number.
+    pub const SEQ: &str = "tether.dev/seq";
+    /// The device's context: `{pointer, snapshot}`.
+    pub const CONTEXT: &str = "tether.dev/context";
+    /// The device's structured concept model.
+    pub const CONCEPT: &str = "tether.dev/concept";
+    /// Milliseconds the edge will wait for this call.
+    pub const DEADLINE_MS: &str = "tether.dev/deadline_ms";
+    /// Caller-chosen key so a device can de-duplicate a retried call.
+    pub const IDEMPOTENCY_KEY: &str = "tether.dev/idempotency_key";
+    /// The session id the edge assigned, sent in `initialize`.
+    pub const SESSION: &str = "tether.dev/session";
+}
+
+/// One tool as a device declares it (and, renamed, as the backend sees it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDeclaration {
+    /// Tool name.
+    pub name: String,
+    /// Display title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of the arguments.
+    #[serde(default = "empty_object_schema")]
+    pub input_schema: Value,
+    /// JSON Schema of `structuredContent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// MCP tool annotations (hints such as `readOnlyHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// The device's answer to `initialize`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// MCP protocol revision the device speaks.
+    #[serde(default)]
+    pub protocol_version: String,
+    /// `{name, version}` of the device software.
+    #[serde(default)]
+    pub server_info: Value,
+    /// MCP capabilities; `tools.listChanged` matters here.
+    #[serde(default)]
+    pub capabilities: Value,
+    /// Free-text concept model for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// `_meta`, carrying `tether.dev/concept`.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// One page of the device's catalog.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListToolsResult {
+    /// The tools on this page.
+    #[serde(default)]
+    pub tools: Vec<ToolDeclaration>,
+    /// Cursor for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// `_meta`, carrying `tether.dev/seq` and `tether.dev/context`.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// MCP `CallToolResult`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    /// Content blocks (`{type:"text", text}` and friends).
+    #[serde(default)]
+    pub content: Vec<Value>,
+    /// Machine-readable result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+    /// True when the device reports a tool-level failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// `_meta`, carrying `tether.dev/seq`.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// What a device puts in `structuredContent` of an `isError` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFailure {
+    /// Device-defined failure code (`user_declined`, `busy`, …).
+    pub code: String,
+    /// Whether trying again may succeed.
+    #[serde(default)]
+    pub retryable: bool,
+    /// How long to wait before retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Reads `_meta["tether.dev/seq"]` from any payload's `_meta`.
+pub fn seq_of(meta: Option<&Map<String, Value>>) -> Option<u64> {
+    meta.and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64)
+}
+
+impl CallToolResult {
+    /// The seq the device stamped on this result, if any.
+    pub fn seq(&self) -> Option<u64> {
+        seq_of(self.meta.as_ref())
+    }
+
+    /// The first text block, for error messages and logs.
+    pub fn first_text(&self) -> Option<&str> {
+        self.content.iter().find_map(|c| c.get("text").and_then(Value::as_str))
+    }
+}
