@@ -155,7 +155,8 @@ mod tests {
     #[test]
     fn table_of_bad_budgets() {
         let ms = Duration::from_millis;
-        let cases: Vec<(&str, Budgets, fn(&BudgetError) -> bool)> = vec![
+        type Check = fn(&BudgetError) -> bool;
+        let cases: Vec<(&str, Budgets, Check)> = vec![
             ("long call", Budgets { tool_call: ms(8_000), ..Budgets::default() }, |e| {
                 matches!(e, BudgetError::ChainTooLong { .. })
             }),

@@ -1,1 +1,35 @@
-//! placeholder
+//! The tether edge worker (`tether serve`).
+//!
+//! Devices dial `/v1/client` and declare tools; agent backends dial
+//! `/v1/backend` and call them. Code map:
+//!
+//! - [`server`] — accept loop, upgrade, auth, routing, shutdown.
+//! - [`session`] — one device session: pending calls, the closed latch, catalog reads.
+//! - [`backend`] — one backend link: multiplexed requests over many sessions.
+//! - [`hub`] — the in-process router: connected sessions and backend events.
+//! - [`manifest`] — the applied manifest and the seq rule for swaps.
+//! - [`caps`] — the caps applied to a declared catalog (pure).
+//! - [`names`] — slugging into `client__…` and the translation table (pure).
+//! - [`auth`] — JWT verification and the signing secret.
+//! - [`config`] — embedded defaults, checked once.
+//! - [`counters`] — a counter for every fallback and drop.
+//! - [`ws`] — socket settings and the writer loop.
+//!
+//! Architecture invariant: the edge never depends on `tether-core`; both
+//! speak only the types in `tether-contract`.
+
+pub mod auth;
+pub mod backend;
+pub mod caps;
+pub mod config;
+pub mod counters;
+pub mod hub;
+pub mod manifest;
+pub mod names;
+pub mod server;
+pub mod session;
+pub mod ws;
+
+pub use config::EdgeConfig;
+pub use hub::Hub;
+pub use server::Edge;

@@ -1,0 +1,342 @@
+//! Credentials at upgrade: HS256 JWTs, and the secret they are signed with.
+//!
+//! Exactly one algorithm is accepted (HS256); `exp`, `nbf`, `aud` and `sub`
+//! are required; the audience says which link the token opens. The secret
+//! comes from `TETHER_JWT_SECRET`, else configuration, else a random secret
+//! generated once into a 0600 file in the data directory, so `tether token`
+//! and `tether serve` on one machine agree without any setup.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// Environment variable that overrides every other secret source.
+pub const SECRET_ENV: &str = "TETHER_JWT_SECRET";
+/// File name of the generated secret inside the data directory.
+pub const SECRET_FILE: &str = "jwt-secret";
+/// Clock skew tolerated on `exp` and `nbf`, in seconds.
+pub const LEEWAY_SECS: u64 = 30;
+
+/// Claims tether reads from a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The principal.
+    pub sub: String,
+    /// Which link: `tether-client` or `tether-backend`.
+    pub aud: String,
+    /// Expiry, seconds since the epoch.
+    pub exp: u64,
+    /// Not before, seconds since the epoch (presence is enforced by validation).
+    #[serde(default)]
+    pub nbf: u64,
+    /// Issued at, seconds since the epoch.
+    #[serde(default)]
+    pub iat: u64,
+}
+
+/// Where the secret came from, for the startup log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `TETHER_JWT_SECRET`.
+    Env,
+    /// The configuration.
+    Config,
+    /// An existing file in the data directory.
+    File(PathBuf),
+    /// A file this process just created.
+    Created(PathBuf),
+}
+
+/// Signing and verifying keys derived from one secret.
+#[derive(Clone)]
+pub struct Keys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keys(..)")
+    }
+}
+
+/// Why a token was refused; the name is logged and counted, never the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No credential was presented.
+    #[error("no credential presented")]
+    Missing,
+    /// Not a decodable JWT, or a claim has the wrong type.
+    #[error("credential is malformed")]
+    Malformed,
+    /// Signed with another key, or tampered.
+    #[error("credential signature is invalid")]
+    BadSignature,
+    /// Signed with another algorithm (including `none`).
+    #[error("credential uses a refused algorithm")]
+    WrongAlgorithm,
+    /// Past `exp`.
+    #[error("credential has expired")]
+    Expired,
+    /// Before `nbf`.
+    #[error("credential is not valid yet")]
+    NotYetValid,
+    /// `aud` does not name this link.
+    #[error("credential is for another audience")]
+    WrongAudience,
+    /// A required claim is absent.
+    #[error("credential lacks a required claim")]
+    MissingClaim,
+}
+
+impl AuthError {
+    /// Stable reason name for logs and counters.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::Malformed => "malformed",
+            AuthError::BadSignature => "bad_signature",
+            AuthError::WrongAlgorithm => "wrong_algorithm",
+            AuthError::Expired => "expired",
+            AuthError::NotYetValid => "not_yet_valid",
+            AuthError::WrongAudience => "wrong_audience",
+            AuthError::MissingClaim => "missing_claim",
+        }
+    }
+}
+
+/// Why the secret could not be loaded or created.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read or written.
+    #[error("jwt secret file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The secret is too short to be safe.
+    #[error("jwt secret must be at least 32 bytes (got {0})")]
+    TooShort(usize),
+    /// The OS random source failed.
+    #[error("could not generate a jwt secret: {0}")]
+    Random(String),
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Keys {
+    /// Keys for one raw secret.
+    pub fn from_secret(secret: &[u8]) -> Result<Keys, SecretError> {
+        if secret.len() < 32 {
+            return Err(SecretError::TooShort(secret.len()));
+        }
+        Ok(Keys { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret) })
+    }
+
+    /// Loads the secret by precedence: env, config, data-dir file, newly created file.
+    pub fn load(configured: Option<&str>, data_dir: &Path) -> Result<(Keys, SecretSource), SecretError> {
+        if let Ok(secret) = std::env::var(SECRET_ENV) {
+            if !secret.is_empty() {
+                return Ok((Keys::from_secret(secret.as_bytes())?, SecretSource::Env));
+            }
+        }
+        if let Some(secret) = configured {
+            return Ok((Keys::from_secret(secret.as_bytes())?, SecretSource::Config));
+        }
+        let path = data_dir.join(SECRET_FILE);
+        let io = |source| SecretError::Io { path: path.clone(), source };
+        match std::fs::read_to_string(&path) {
+            Ok(secret) => {
+                return Ok((Keys::from_secret(secret.trim().as_bytes())?, SecretSource::File(path)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+        let mut raw = [0u8; 32];
+        getrandom::fill(&mut raw).map_err(|e| SecretError::Random(e.to_string()))?;
+        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::create_dir_all(data_dir).map_err(io)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&path) {
+            Ok(mut file) => {
+                file.write_all(hex.as_bytes()).map_err(io)?;
+                Ok((Keys::from_secret(hex.as_bytes())?, SecretSource::Created(path)))
+            }
+            // Another process created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let secret = std::fs::read_to_string(&path).map_err(io)?;
+                Ok((Keys::from_secret(secret.trim().as_bytes())?, SecretSource::File(path)))
+            }
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Signs a token for `sub` on audience `aud`, valid from now for `ttl`.
+    pub fn issue(&self, sub: &str, aud: &str, ttl: Duration) -> Result<String, jsonwebtoken::errors::Error> {
+        let now = now_secs();
+        let claims =
+            Claims { sub: sub.to_owned(), aud: aud.to_owned(), exp: now + ttl.as_secs(), nbf: now, iat: now };
+        self.sign(&claims)
+    }
+
+    /// Signs arbitrary claims (tests use this for expired and future tokens).
+    pub fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+    }
+
+    /// Verifies a token for audience `aud`.
+    pub fn verify(&self, token: &str, aud: &str) -> Result<Claims, AuthError> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "nbf", "aud", "sub"]);
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECS;
+        validation.set_audience(&[aud]);
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map(|d| d.claims).map_err(|e| {
+            match e.kind() {
+                JwtErrorKind::InvalidSignature => AuthError::BadSignature,
+                JwtErrorKind::InvalidAlgorithm | JwtErrorKind::InvalidAlgorithmName => {
+                    AuthError::WrongAlgorithm
+                }
+                JwtErrorKind::ExpiredSignature => AuthError::Expired,
+                JwtErrorKind::ImmatureSignature => AuthError::NotYetValid,
+                JwtErrorKind::InvalidAudience => AuthError::WrongAudience,
+                JwtErrorKind::MissingRequiredClaim(_) => AuthError::MissingClaim,
+                _ => AuthError::Malformed,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    fn b64(bytes: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+            for i in 0..(chunk.len() + 1) {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_bad_token_is_refused_with_its_reason() {
+        let keys = Keys::from_secret(SECRET).unwrap();
+        let other = Keys::from_secret(b"another-secret-another-secret-xx").unwrap();
+        let now = now_secs();
+        let claims = |exp: u64, nbf: u64, aud: &str| Claims {
+            sub: "mira".into(),
+            aud: aud.into(),
+            exp,
+            nbf,
+            iat: now,
+        };
+        let good = keys.issue("mira", "tether-client", Duration::from_secs(60)).unwrap();
+        assert_eq!(keys.verify(&good, "tether-client").map(|c| c.sub), Ok("mira".into()));
+
+        let payload = b64(br#"{"sub":"mira","aud":"tether-client","exp":9999999999,"nbf":0}"#);
+        let alg_none = format!("{}.{payload}.", b64(br#"{"alg":"none","typ":"JWT"}"#));
+        let hs512 = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS512),
+            &claims(now + 60, now, "tether-client"),
+            &EncodingKey::from_secret(SECRET),
+        )
+        .unwrap();
+        let exp_string = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &serde_json::json!({"sub": "mira", "aud": "tether-client", "exp": "tomorrow", "nbf": 0}),
+            &EncodingKey::from_secret(SECRET),
+        )
+        .unwrap();
+        let mut parts: Vec<String> = good.split('.').map(str::to_owned).collect();
+        parts[1] = b64(br#"{"sub":"leo","aud":"tether-client","exp":9999999999,"nbf":0}"#);
+        let tampered = parts.join(".");
+        let no_nbf = {
+            #[derive(Serialize)]
+            struct NoNbf<'a> {
+                sub: &'a str,
+                aud: &'a str,
+                exp: u64,
+            }
+            jsonwebtoken::encode(
+                &Header::new(Algorithm::HS256),
+                &NoNbf { sub: "mira", aud: "tether-client", exp: now + 60 },
+                &EncodingKey::from_secret(SECRET),
+            )
+            .unwrap()
+        };
+
+        let cases: Vec<(&str, String, AuthError)> = vec![
+            ("garbage", "not.a.jwt".into(), AuthError::Malformed),
+            // jsonwebtoken has no `none` algorithm at all, so the header itself does not decode.
+            ("alg none", alg_none, AuthError::Malformed),
+            ("other algorithm", hs512, AuthError::WrongAlgorithm),
+            (
+                "other key",
+                other.sign(&claims(now + 60, now, "tether-client")).unwrap(),
+                AuthError::BadSignature,
+            ),
+            (
+                "expired",
+                keys.sign(&claims(now - 3600, now - 7200, "tether-client")).unwrap(),
+                AuthError::Expired,
+            ),
+            (
+                "not yet valid",
+                keys.sign(&claims(now + 7200, now + 3600, "tether-client")).unwrap(),
+                AuthError::NotYetValid,
+            ),
+            ("exp as string", exp_string, AuthError::Malformed),
+            (
+                "wrong audience",
+                keys.sign(&claims(now + 60, now, "tether-backend")).unwrap(),
+                AuthError::WrongAudience,
+            ),
+            ("tampered payload", tampered, AuthError::BadSignature),
+            ("missing nbf", no_nbf, AuthError::MissingClaim),
+        ];
+        for (name, token, want) in cases {
+            let got = keys.verify(&token, "tether-client");
+            assert_eq!(got.err(), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn generated_secret_is_private_and_reused() {
+        let dir = std::env::temp_dir().join(format!("tether-auth-{}", uuid::Uuid::new_v4()));
+        let (a, src_a) = Keys::load(None, &dir).unwrap();
+        assert!(matches!(src_a, SecretSource::Created(_)));
+        let (b, src_b) = Keys::load(None, &dir).unwrap();
+        assert!(matches!(src_b, SecretSource::File(_)));
+        let token = a.issue("mira", "tether-backend", Duration::from_secs(60)).unwrap();
+        assert!(
+            b.verify(&token, "tether-backend").is_ok(),
+            "the reused secret verifies the first one's tokens"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.join(SECRET_FILE)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

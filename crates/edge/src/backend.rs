@@ -1,0 +1,182 @@
+//! One backend link: an agent backend multiplexing many sessions over one socket.
+//!
+//! Each request runs in its own task so a slow device never blocks another
+//! session's call; answers go out through one bounded writer queue. Session
+//! events (manifest moved, session closed) are forwarded as notifications.
+
+use std::sync::Arc;
+
+use futures::{Sink, Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn};
+
+use tether_contract::backend::{method, CallParams, SessionInfo, SessionParams, SessionsList, TurnBegun};
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::jsonrpc::{self, Frame};
+
+use crate::counters::EdgeCounters;
+use crate::hub::Hub;
+use crate::session::Session;
+use crate::ws::{write_loop, Outbound};
+
+fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
+    serde_json::from_value(value)
+        .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("invalid params: {e}")))
+}
+
+fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
+    hub.session(id).ok_or_else(|| {
+        WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}")).with("session", id)
+    })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
+    serde_json::to_value(v)
+        .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
+}
+
+/// Answers one backend request.
+pub async fn handle(hub: &Hub, method_name: &str, raw: Value) -> Result<Value, WireError> {
+    match method_name {
+        method::SESSIONS_LIST => {
+            let sessions = hub
+                .sessions()
+                .into_iter()
+                .map(|s| {
+                    let manifest = s.manifest();
+                    SessionInfo {
+                        session: s.id.clone(),
+                        principal: s.principal.clone(),
+                        server_info: s.server_info(),
+                        seq: manifest.as_ref().map_or(0, |m| m.seq),
+                        tools: manifest.as_ref().map_or(0, |m| m.view.tools.len()),
+                    }
+                })
+                .collect();
+            to_value(&SessionsList { sessions })
+        }
+        method::TURN_BEGIN => {
+            let p: SessionParams = params(raw)?;
+            let s = session(hub, &p.session)?;
+            let seq = s.manifest().map_or(0, |m| m.seq);
+            to_value(&TurnBegun { turn: uuid::Uuid::new_v4().to_string(), session: s.id.clone(), seq })
+        }
+        method::TOOLS_LIST => {
+            let p: SessionParams = params(raw)?;
+            let s = session(hub, &p.session)?;
+            match s.manifest() {
+                Some(m) => to_value(&*m.view),
+                None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),
+            }
+        }
+        method::TOOLS_CALL => {
+            let p: CallParams = params(raw)?;
+            EdgeCounters::bump(&hub.counters.calls_started);
+            let outcome = match session(hub, &p.session) {
+                Ok(s) => s.call_tool(p).await,
+                Err(e) => Err(e),
+            };
+            match &outcome {
+                Ok(_) => EdgeCounters::bump(&hub.counters.calls_ok),
+                Err(_) => EdgeCounters::bump(&hub.counters.calls_failed),
+            }
+            to_value(&outcome?)
+        }
+        other => {
+            Err(WireError::new(ErrorKind::MethodNotFound, format!("the backend link has no method {other}")))
+        }
+    }
+}
+
+/// Serves one backend connection until it closes or the edge shuts down.
+pub async fn serve_backend<S, W>(
+    hub: Arc<Hub>,
+    sink: W,
+    mut stream: S,
+    principal: String,
+    shutdown: CancellationToken,
+) where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+    W: Sink<Message, Error = WsError> + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Outbound>(hub.config.outbound_queue * 4);
+    let closed = CancellationToken::new();
+    let writer =
+        tokio::spawn(write_loop(sink, rx, closed.clone(), || (CloseCode::Normal, "backend link closed")));
+    let tracker = TaskTracker::new();
+    let mut events = hub.subscribe();
+    let mut close = (CloseCode::Normal, "backend link closed");
+    loop {
+        tokio::select! {
+            next = stream.next() => match next {
+                Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
+                    Ok(Frame::Request { id, method, params }) => {
+                        let hub = Arc::clone(&hub);
+                        let tx = tx.clone();
+                        tracker.spawn(async move {
+                            let frame = match handle(&hub, &method, params).await {
+                                Ok(result) => jsonrpc::response(&id, &result),
+                                Err(err) => jsonrpc::error_response(&id, &err),
+                            };
+                            // Awaiting send: an outcome is never dropped, only delayed by a slow reader.
+                            let _ = tx.send(Outbound::Text(frame)).await;
+                        });
+                    }
+                    Ok(_) => debug!(%principal, "backend notification or response ignored"),
+                    Err(e) => {
+                        EdgeCounters::bump(&hub.counters.bad_frames);
+                        let (id, err) = e.to_wire();
+                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                    }
+                },
+                Some(Ok(Message::Binary(_))) => {
+                    EdgeCounters::bump(&hub.counters.binary_frames);
+                    close = (CloseCode::Unsupported, "binary frames are not accepted");
+                    break;
+                }
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(_)) => {}
+                Some(Err(WsError::Capacity(_))) => {
+                    EdgeCounters::bump(&hub.counters.oversized_frames);
+                    close = (CloseCode::Size, "frame exceeds the transport ceiling");
+                    break;
+                }
+                Some(Err(e)) => {
+                    debug!(%principal, error = %e, "backend socket read failed");
+                    break;
+                }
+            },
+            event = events.recv() => match event {
+                Ok(event) => {
+                    if tx.try_send(Outbound::Text(event.to_frame())).is_err() {
+                        EdgeCounters::bump(&hub.counters.outbound_full);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    EdgeCounters::bump(&hub.counters.backend_events_lagged);
+                    warn!(%principal, lost = n, "backend fell behind; session events lost");
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+            _ = shutdown.cancelled() => {
+                close = (CloseCode::Away, "edge shutting down");
+                break;
+            }
+        }
+    }
+    // Let calls in flight deliver their outcomes (sessions fail them at once on shutdown).
+    tracker.close();
+    if tokio::time::timeout(hub.config.shutdown_grace, tracker.wait()).await.is_err() {
+        warn!(%principal, "backend calls still running at close; their outcomes are lost with the socket");
+    }
+    let _ = tx.send(Outbound::Close(close.0, close.1)).await;
+    drop(tx);
+    closed.cancel();
+    let _ = writer.await;
+}

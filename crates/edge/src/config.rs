@@ -1,0 +1,111 @@
+//! Edge configuration: embedded defaults, resolved and checked once.
+//!
+//! `tether serve` with no flags runs on these defaults. Resolution checks the
+//! caps against the transport ceiling and the budget chain, so a deployment
+//! that could never meet its own limits refuses to boot with a sentence
+//! saying which limit is wrong.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tether_contract::{BudgetError, Budgets, CapError, Caps};
+
+/// The default listen address: loopback, a fixed port.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Bound of each socket's outbound queue; past it a call fails `overloaded`.
+pub const DEFAULT_OUTBOUND_QUEUE: usize = 256;
+
+/// Everything the edge needs to run.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Size caps.
+    pub caps: Caps,
+    /// Time budgets.
+    pub budgets: Budgets,
+    /// Where the generated JWT secret is kept.
+    pub data_dir: PathBuf,
+    /// Explicit JWT secret (wins over the data-dir file; `TETHER_JWT_SECRET` wins over both).
+    pub jwt_secret: Option<String>,
+    /// How long a peer has to finish the WebSocket upgrade.
+    pub handshake_timeout: Duration,
+    /// Outbound queue bound per socket.
+    pub outbound_queue: usize,
+    /// Longest a drain waits for backends to receive their last answers.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        EdgeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            caps: Caps::default(),
+            budgets: Budgets::default(),
+            data_dir: default_data_dir(),
+            jwt_secret: None,
+            handshake_timeout: Duration::from_secs(10),
+            outbound_queue: DEFAULT_OUTBOUND_QUEUE,
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a configuration cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The caps are inconsistent.
+    #[error("caps: {0}")]
+    Caps(#[from] CapError),
+    /// The budget chain does not fit.
+    #[error("budgets: {0}")]
+    Budgets(#[from] BudgetError),
+    /// The outbound queue bound is zero.
+    #[error("outbound_queue must be at least 1")]
+    OutboundQueue,
+}
+
+impl EdgeConfig {
+    /// Checks what cannot degrade; run before binding.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.caps.validate()?;
+        self.budgets.validate()?;
+        if self.outbound_queue == 0 {
+            return Err(ConfigError::OutboundQueue);
+        }
+        Ok(())
+    }
+}
+
+/// `$TETHER_DATA_DIR`, else `$XDG_DATA_HOME/tether`, else `~/.local/share/tether`, else `./.tether`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TETHER_DATA_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(dir).join("tether");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".local/share/tether");
+    }
+    PathBuf::from(".tether")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_ones_name_the_limit() {
+        assert!(EdgeConfig::default().validate().is_ok());
+        let mut c = EdgeConfig::default();
+        c.caps.manifest_bytes = 20_000;
+        let msg = c.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("manifest_bytes") && msg.contains("15360"), "{msg}");
+        let mut c = EdgeConfig::default();
+        c.budgets.reread = Duration::from_secs(5);
+        let msg = c.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("per_tool"), "{msg}");
+    }
+}

@@ -1,0 +1,167 @@
+//! A session's applied manifest and the seq rule that guards swaps.
+//!
+//! Catalog re-reads can run concurrently and their answers can arrive in any
+//! order; arrival order means nothing. [`ManifestState::offer`] applies a
+//! candidate only if its seq is newer than the applied one, so the rule lives
+//! inside the one type that holds the manifest and no caller can forget it.
+
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+use tether_contract::backend::{DroppedTool, Manifest};
+
+use crate::caps::Intake;
+use crate::names::NameTable;
+
+/// One applied manifest: what the backend sees and how to route back.
+#[derive(Debug, Clone)]
+pub struct AppliedManifest {
+    /// Seq of this manifest (device-stamped, or edge issue-order stamp).
+    pub seq: u64,
+    /// Namespaced ↔ original names of the kept tools.
+    pub table: NameTable,
+    /// The backend view, built once per swap so reads never rebuild it.
+    pub view: Arc<Manifest>,
+}
+
+impl AppliedManifest {
+    /// Builds the applied form of an intake for `session`.
+    pub fn new(session: &str, seq: u64, intake: Intake, context: Option<Value>, identity: &Identity) -> Self {
+        let view = Manifest {
+            session: session.to_owned(),
+            seq,
+            tools: intake.tools,
+            instructions: identity.instructions.clone(),
+            concept: identity.concept.clone(),
+            context,
+            dropped: intake.dropped,
+        };
+        AppliedManifest { seq, table: intake.table, view: Arc::new(view) }
+    }
+
+    /// Namespaced names of the tools available now, for `tool_unavailable`.
+    pub fn available(&self) -> Vec<String> {
+        self.view.tools.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Tools the caps left out of this manifest.
+    pub fn dropped(&self) -> &[DroppedTool] {
+        &self.view.dropped
+    }
+}
+
+/// What a device said about itself at `initialize`.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    /// `serverInfo`.
+    pub server_info: Value,
+    /// Free-text concept model.
+    pub instructions: Option<String>,
+    /// Structured concept (`tether.dev/concept`).
+    pub concept: Option<Value>,
+}
+
+/// The outcome of offering a candidate manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swap {
+    /// Applied; `from` is the previous seq (None for the first manifest).
+    Accepted {
+        /// Seq replaced.
+        from: Option<u64>,
+        /// Seq applied.
+        to: u64,
+    },
+    /// Refused because it was not newer.
+    Rejected {
+        /// Seq that stays applied.
+        applied: u64,
+        /// Seq that was offered.
+        offered: u64,
+    },
+}
+
+/// The applied manifest of one session, guarded by the seq rule.
+#[derive(Debug, Default)]
+pub struct ManifestState {
+    applied: RwLock<Option<Arc<AppliedManifest>>>,
+}
+
+impl ManifestState {
+    /// The applied manifest, if any has been applied yet.
+    pub fn current(&self) -> Option<Arc<AppliedManifest>> {
+        match self.applied.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Seq of the applied manifest (None before the first).
+    pub fn seq(&self) -> Option<u64> {
+        self.current().map(|m| m.seq)
+    }
+
+    /// Applies `candidate` only if its seq is newer than the applied one.
+    pub fn offer(&self, candidate: AppliedManifest) -> Swap {
+        let mut guard = match self.applied.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let from = guard.as_ref().map(|m| m.seq);
+        match from {
+            Some(applied) if candidate.seq <= applied => Swap::Rejected { applied, offered: candidate.seq },
+            _ => {
+                let to = candidate.seq;
+                *guard = Some(Arc::new(candidate));
+                Swap::Accepted { from, to }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_contract::Caps;
+
+    fn candidate(seq: u64, tool: &str) -> AppliedManifest {
+        let decl = tether_contract::mcp::ToolDeclaration {
+            name: tool.into(),
+            title: None,
+            description: None,
+            input_schema: serde_json::json!({"type":"object"}),
+            output_schema: None,
+            annotations: None,
+        };
+        let intake = crate::caps::intake(vec![decl], &Caps::default());
+        AppliedManifest::new("s", seq, intake, None, &Identity::default())
+    }
+
+    #[test]
+    fn seq_rule_table() {
+        // (offers in arrival order, expected applied seq after each)
+        let cases: &[(&[u64], &[Option<u64>])] = &[
+            (&[1, 2, 3], &[Some(1), Some(2), Some(3)]),
+            (&[3, 2], &[Some(3), Some(3)]),
+            (&[0], &[Some(0)]),
+            (&[5, 5], &[Some(5), Some(5)]),
+            (&[2, 7, 4, 8], &[Some(2), Some(7), Some(7), Some(8)]),
+        ];
+        for (offers, want) in cases {
+            let state = ManifestState::default();
+            for (seq, want) in offers.iter().zip(want.iter()) {
+                state.offer(candidate(*seq, "t"));
+                assert_eq!(state.seq(), *want, "offers {offers:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_order_arrival_keeps_the_newer_manifest() {
+        let state = ManifestState::default();
+        assert_eq!(state.offer(candidate(1, "old")), Swap::Accepted { from: None, to: 1 });
+        assert_eq!(state.offer(candidate(3, "newest")), Swap::Accepted { from: Some(1), to: 3 });
+        assert_eq!(state.offer(candidate(2, "stale")), Swap::Rejected { applied: 3, offered: 2 });
+        let current = state.current().map(|m| m.available());
+        assert_eq!(current, Some(vec!["client__newest".to_owned()]));
+    }
+}

@@ -1,0 +1,237 @@
+//! The accept loop: upgrade, authenticate, route, and shut down in order.
+//!
+//! Credentials are checked inside the upgrade callback, so a refused peer gets
+//! HTTP 401 and no session state ever exists for it. The query string can
+//! carry `access_token` for browsers; it is never logged.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use tether_contract::{AUD_BACKEND, AUD_CLIENT, BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
+
+use crate::auth::{AuthError, Keys, SecretError, SecretSource};
+use crate::config::{ConfigError, EdgeConfig};
+use crate::counters::EdgeCounters;
+use crate::hub::Hub;
+
+/// Why the edge could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// Configuration cannot run.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The JWT secret could not be loaded or created.
+    #[error("{0}")]
+    Secret(#[from] SecretError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Which link an upgrade opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Client(String),
+    Backend(String),
+}
+
+/// A bound edge, ready to run.
+#[derive(Debug)]
+pub struct Edge {
+    hub: Arc<Hub>,
+    keys: Keys,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+}
+
+impl Edge {
+    /// Validates configuration, loads the secret and binds the listener.
+    pub async fn bind(config: EdgeConfig) -> Result<Edge, EdgeError> {
+        config.validate()?;
+        let (keys, source) = Keys::load(config.jwt_secret.as_deref(), &config.data_dir)?;
+        match &source {
+            SecretSource::Created(p) => info!(path = %p.display(), "generated a new JWT secret"),
+            SecretSource::File(p) => info!(path = %p.display(), "using JWT secret file"),
+            SecretSource::Env => info!("using JWT secret from TETHER_JWT_SECRET"),
+            SecretSource::Config => info!("using JWT secret from configuration"),
+        }
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| EdgeError::Bind { addr: config.listen, source })?;
+        Ok(Edge { hub: Hub::new(config), keys, listener, shutdown: CancellationToken::new() })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The shared state, for inspection and tests.
+    pub fn hub(&self) -> Arc<Hub> {
+        Arc::clone(&self.hub)
+    }
+
+    /// Cancel this to stop the edge: stop accepting, fail calls, close with 1001.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The signing keys (the CLI mints tokens with the same secret).
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Accepts connections until the shutdown token fires, then drains.
+    pub async fn run(self) {
+        let tracker = TaskTracker::new();
+        let keys = Arc::new(self.keys);
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                _ = self.shutdown.cancelled() => break,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    let hub = Arc::clone(&self.hub);
+                    let keys = Arc::clone(&keys);
+                    let shutdown = self.shutdown.clone();
+                    tracker.spawn(connection(stream, peer, hub, keys, shutdown));
+                }
+                Err(e) => {
+                    // Out of fds and friends: back off briefly instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+        drop(self.listener);
+        info!(sessions = self.hub.session_count(), "shutting down: listener closed, draining connections");
+        tracker.close();
+        tracker.wait().await;
+        info!("shutdown complete");
+    }
+}
+
+/// An HTTP refusal before the upgrade: status and a one-line body.
+type Refusal = (StatusCode, String);
+
+fn refuse(status: StatusCode, body: String) -> Refusal {
+    (status, body)
+}
+
+fn error_response((status, body): Refusal) -> ErrorResponse {
+    let mut resp = ErrorResponse::new(Some(body));
+    *resp.status_mut() = status;
+    resp
+}
+
+fn bearer(req: &Request) -> Option<String> {
+    if let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        return value.strip_prefix("Bearer ").map(|t| t.trim().to_owned());
+    }
+    req.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("access_token=")).map(str::to_owned)
+}
+
+/// Decides an upgrade: which link, whose credential, and the response headers.
+fn upgrade(
+    req: &Request,
+    mut resp: Response,
+    keys: &Keys,
+    counters: &EdgeCounters,
+) -> Result<(Response, Route), Refusal> {
+    let path = req.uri().path();
+    let audience = match path {
+        CLIENT_PATH => AUD_CLIENT,
+        BACKEND_PATH => AUD_BACKEND,
+        _ => {
+            EdgeCounters::bump(&counters.upgrade_refused);
+            return Err(refuse(
+                StatusCode::NOT_FOUND,
+                format!("no such endpoint; dial {CLIENT_PATH} or {BACKEND_PATH}"),
+            ));
+        }
+    };
+    if let Some(offered) = req.headers().get(header::SEC_WEBSOCKET_PROTOCOL).and_then(|v| v.to_str().ok()) {
+        if !offered.split(',').any(|p| p.trim() == CLIENT_SUBPROTOCOL) {
+            EdgeCounters::bump(&counters.upgrade_refused);
+            return Err(refuse(StatusCode::BAD_REQUEST, format!("subprotocol must be {CLIENT_SUBPROTOCOL}")));
+        }
+        resp.headers_mut()
+            .insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(CLIENT_SUBPROTOCOL));
+    }
+    let verified = match bearer(req) {
+        None => Err(AuthError::Missing),
+        Some(token) => keys.verify(&token, audience),
+    };
+    match verified {
+        Ok(claims) => {
+            let route =
+                if audience == AUD_CLIENT { Route::Client(claims.sub) } else { Route::Backend(claims.sub) };
+            Ok((resp, route))
+        }
+        Err(reason) => {
+            EdgeCounters::bump(&counters.auth_refused);
+            info!(path, reason = reason.as_str(), "upgrade refused: unauthenticated");
+            Err(refuse(StatusCode::UNAUTHORIZED, format!("unauthenticated: {reason}")))
+        }
+    }
+}
+
+// The upgrade callback's error type is fixed by tungstenite's `Callback` trait.
+#[allow(clippy::result_large_err)]
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    hub: Arc<Hub>,
+    keys: Arc<Keys>,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut route = None;
+    let callback = |req: &Request, resp: Response| {
+        let (resp, decided) = upgrade(req, resp, &keys, &hub.counters).map_err(error_response)?;
+        route = Some(decided);
+        Ok(resp)
+    };
+    let config = crate::ws::ws_config(&hub.config.caps);
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config));
+    let ws = tokio::select! {
+        r = tokio::time::timeout(hub.config.handshake_timeout, handshake) => r,
+        _ = shutdown.cancelled() => return,
+    };
+    let ws = match ws {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "upgrade failed");
+            return;
+        }
+        Err(_) => {
+            EdgeCounters::bump(&hub.counters.handshake_timeouts);
+            debug!(%peer, "upgrade did not finish within the handshake deadline");
+            return;
+        }
+    };
+    let (sink, stream) = ws.split();
+    match route {
+        Some(Route::Client(principal)) => {
+            crate::session::serve_client(hub, sink, stream, principal, shutdown).await
+        }
+        Some(Route::Backend(principal)) => {
+            crate::backend::serve_backend(hub, sink, stream, principal, shutdown).await
+        }
+        None => warn!(%peer, "upgrade completed without a route"),
+    }
+}

@@ -1,0 +1,655 @@
+//! One device session: its socket, its pending calls, its manifest, its latch.
+//!
+//! The session task reads the device socket; a writer task owns the sink and
+//! drains a bounded queue. Calls from backends register a pending entry under
+//! the link lock, so the closed latch and the pending table change together:
+//! once latched, every call in flight has been failed with `channel_closed`
+//! and every new one is refused, at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use tether_contract::backend::{
+    CallParams, CallResponse, DropReason, DroppedTool, ListChanged, SessionClosed,
+};
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::mcp::{self, meta, method, CallToolResult, InitializeResult, ListToolsResult};
+use tether_contract::{Leg, MCP_PROTOCOL_VERSION};
+
+use crate::caps;
+use crate::counters::EdgeCounters;
+use crate::hub::{BackendEvent, Hub};
+use crate::manifest::{AppliedManifest, Identity, ManifestState, Swap};
+use crate::ws::Outbound;
+
+/// How many timed-out call ids are remembered to recognise late answers.
+const LATE_MEMORY: usize = 4096;
+
+/// Why a request to the device produced no result.
+#[derive(Debug)]
+enum RequestError {
+    Closed(String),
+    Timeout { id: u64 },
+    Remote(Value),
+    Overloaded,
+}
+
+/// What the reader hands a waiting request.
+#[derive(Debug)]
+enum Answer {
+    Result { value: Value, bytes: usize },
+    Error(Value),
+    Closed(String),
+}
+
+#[derive(Debug)]
+struct Pending {
+    tx: oneshot::Sender<Answer>,
+}
+
+#[derive(Debug)]
+struct Late {
+    tool: String,
+    deadline: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Link {
+    closed: Option<String>,
+    pending: HashMap<u64, Pending>,
+    late: HashMap<u64, Late>,
+    late_order: VecDeque<u64>,
+}
+
+impl Link {
+    fn remember_late(&mut self, id: u64, late: Late) {
+        if self.late_order.len() >= LATE_MEMORY {
+            if let Some(oldest) = self.late_order.pop_front() {
+                self.late.remove(&oldest);
+            }
+        }
+        self.late_order.push_back(id);
+        self.late.insert(id, late);
+    }
+}
+
+/// A connected device session.
+#[derive(Debug)]
+pub struct Session {
+    /// Edge-assigned id, sent to the device in `initialize`.
+    pub id: String,
+    /// Verified principal of the device credential.
+    pub principal: String,
+    hub: Arc<Hub>,
+    identity: RwLock<Identity>,
+    outbound: mpsc::Sender<Outbound>,
+    link: Mutex<Link>,
+    manifest: ManifestState,
+    next_id: AtomicU64,
+    read_stamp: AtomicU64,
+    refresh: Notify,
+    closed: CancellationToken,
+    close_code: Mutex<(CloseCode, &'static str)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Session {
+    fn new(hub: Arc<Hub>, principal: String, outbound: mpsc::Sender<Outbound>) -> Session {
+        Session {
+            id: uuid::Uuid::new_v4().to_string(),
+            principal,
+            hub,
+            identity: RwLock::default(),
+            outbound,
+            link: Mutex::default(),
+            manifest: ManifestState::default(),
+            next_id: AtomicU64::new(1),
+            read_stamp: AtomicU64::new(0),
+            refresh: Notify::new(),
+            closed: CancellationToken::new(),
+            close_code: Mutex::new((CloseCode::Normal, "session closed")),
+        }
+    }
+
+    fn counters(&self) -> &EdgeCounters {
+        &self.hub.counters
+    }
+
+    /// The applied manifest, once the first catalog read has landed.
+    pub fn manifest(&self) -> Option<Arc<AppliedManifest>> {
+        self.manifest.current()
+    }
+
+    /// The device's `serverInfo`.
+    pub fn server_info(&self) -> Value {
+        self.identity.read().map(|i| i.server_info.clone()).unwrap_or_default()
+    }
+
+    /// Whether the session has latched closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Calls waiting for the device right now.
+    pub fn pending_calls(&self) -> usize {
+        lock(&self.link).pending.len()
+    }
+
+    fn send_notification(&self, method: &str, params: &Value) {
+        let frame = jsonrpc::notification(method, params);
+        if self.outbound.try_send(Outbound::Text(frame)).is_err() {
+            EdgeCounters::bump(&self.counters().outbound_full);
+            debug!(session = %self.id, method, "notification dropped: outbound queue full or closed");
+        }
+    }
+
+    /// Sends one request to the device and waits up to `leg` for its answer.
+    ///
+    /// Exactly one outcome: if the answer races the timer, the answer wins and
+    /// the timeout is not reported.
+    async fn request(
+        &self,
+        method: &'static str,
+        params: Value,
+        leg: Duration,
+        tool: &str,
+    ) -> Result<(Value, usize), RequestError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = oneshot::channel();
+        {
+            let mut link = lock(&self.link);
+            if let Some(reason) = &link.closed {
+                return Err(RequestError::Closed(reason.clone()));
+            }
+            link.pending.insert(id, Pending { tx });
+        }
+        let frame = jsonrpc::request(&Value::from(id), method, &params);
+        if let Err(e) = self.outbound.try_send(Outbound::Text(frame)) {
+            lock(&self.link).pending.remove(&id);
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    EdgeCounters::bump(&self.counters().outbound_full);
+                    warn!(session = %self.id, method, "device outbound queue full; request refused");
+                    RequestError::Overloaded
+                }
+                mpsc::error::TrySendError::Closed(_) => RequestError::Closed("disconnected".into()),
+            });
+        }
+        let deadline = Instant::now() + leg;
+        let answer = match tokio::time::timeout_at(deadline, &mut rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Answer::Closed("session ended".into()),
+            Err(_) => {
+                let mut link = lock(&self.link);
+                if link.pending.remove(&id).is_some() {
+                    link.remember_late(id, Late { tool: tool.to_owned(), deadline });
+                    return Err(RequestError::Timeout { id });
+                }
+                drop(link);
+                // The reader or the latch completed it between the timer and the lock.
+                match rx.try_recv() {
+                    Ok(answer) => answer,
+                    Err(_) => Answer::Closed("session ended".into()),
+                }
+            }
+        };
+        match answer {
+            Answer::Result { value, bytes } => Ok((value, bytes)),
+            Answer::Error(e) => Err(RequestError::Remote(e)),
+            Answer::Closed(reason) => Err(RequestError::Closed(reason)),
+        }
+    }
+
+    fn request_error(&self, err: RequestError, leg: Leg, budget: Duration) -> WireError {
+        match err {
+            RequestError::Closed(reason) => WireError::channel_closed(&reason),
+            RequestError::Timeout { .. } => WireError::timeout(leg, ms(budget)),
+            RequestError::Overloaded => {
+                WireError::new(ErrorKind::Overloaded, "device outbound queue is full")
+            }
+            RequestError::Remote(e) => {
+                let device = WireError::from_json(&e);
+                WireError::new(ErrorKind::ClientError, format!("device error: {}", device.message))
+                    .with("device_code", e.get("code").cloned().unwrap_or(Value::Null))
+            }
+        }
+    }
+
+    /// Runs one backend `tools/call` against the device.
+    pub async fn call_tool(&self, params: CallParams) -> Result<CallResponse, WireError> {
+        let budgets = self.hub.config.budgets;
+        let caps = self.hub.config.caps;
+        let Some(applied) = self.manifest.current() else {
+            return Err(WireError::new(ErrorKind::ToolUnavailable, "session has no manifest yet")
+                .with("available", Vec::<String>::new()));
+        };
+        if self.is_closed() {
+            EdgeCounters::bump(&self.counters().calls_channel_closed);
+            return Err(WireError::channel_closed(lock(&self.link).closed.as_deref().unwrap_or("closed")));
+        }
+        let Some(original) = applied.table.original(&params.name).map(str::to_owned) else {
+            return Err(WireError::new(
+                ErrorKind::ToolUnavailable,
+                format!("{} is not in the session's manifest (seq {})", params.name, applied.seq),
+            )
+            .with("available", applied.available())
+            .with("seq", applied.seq));
+        };
+        let leg = params
+            .meta
+            .budget_ms
+            .map(|b| Duration::from_millis(b).min(budgets.tool_call))
+            .unwrap_or(budgets.tool_call);
+        let mut call_meta = Map::new();
+        call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
+        if let Some(key) = &params.meta.idempotency_key {
+            call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
+        }
+        let device_params = json!({"name": original, "arguments": params.arguments, "_meta": call_meta});
+        let started = Instant::now();
+        let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
+        let (value, bytes) = match outcome {
+            Ok(ok) => ok,
+            Err(RequestError::Timeout { id }) => {
+                EdgeCounters::bump(&self.counters().call_timeouts);
+                self.send_notification(
+                    method::CANCELLED,
+                    &json!({"requestId": id, "reason": format!("tether edge stopped waiting after {} ms", ms(leg))}),
+                );
+                EdgeCounters::bump(&self.counters().cancels_sent);
+                warn!(session = %self.id, call_id = id, tool = %params.name, original = %original, leg_ms = ms(leg), "tool_call leg expired; device told to cancel");
+                return Err(WireError::timeout(Leg::ToolCall, ms(leg)));
+            }
+            Err(RequestError::Closed(reason)) => {
+                EdgeCounters::bump(&self.counters().calls_channel_closed);
+                return Err(WireError::channel_closed(&reason));
+            }
+            Err(e) => return Err(self.request_error(e, Leg::ToolCall, leg)),
+        };
+        if bytes > caps.result_bytes {
+            EdgeCounters::bump(&self.counters().results_too_large);
+            warn!(session = %self.id, tool = %params.name, bytes, limit = caps.result_bytes, "tool result over the result cap refused");
+            return Err(WireError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("tool result of {bytes} bytes exceeds the {} byte cap", caps.result_bytes),
+            )
+            .with("direction", "response")
+            .with("bytes", bytes)
+            .with("limit", caps.result_bytes));
+        }
+        let result: CallToolResult = serde_json::from_value(value).map_err(|e| {
+            WireError::new(ErrorKind::ClientError, format!("device sent a malformed CallToolResult: {e}"))
+        })?;
+        debug!(session = %self.id, tool = %params.name, elapsed_ms = ms(started.elapsed()), "call answered");
+
+        let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
+        let moved = response.result.seq().is_some_and(|s| s > applied.seq);
+        if moved {
+            EdgeCounters::bump(&self.counters().rereads_after_call);
+            if let Err(e) = self.read_catalog(budgets.reread).await {
+                EdgeCounters::bump(&self.counters().reread_failures);
+                warn!(session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
+                response.manifest_stale = true;
+            }
+        }
+        let current = self.manifest.current();
+        let stale_binding =
+            params.meta.bound_seq.is_some_and(|b| current.as_ref().is_some_and(|c| b < c.seq));
+        if let Some(current) = current {
+            if moved || stale_binding || current.seq != applied.seq {
+                response.manifest = Some((*current.view).clone());
+            }
+            response.seq = current.seq;
+        }
+        Ok(response)
+    }
+
+    /// Reads the device catalog (following `nextCursor`) within `budget` and
+    /// offers it to the manifest state.
+    pub async fn read_catalog(&self, budget: Duration) -> Result<Swap, WireError> {
+        let caps = self.hub.config.caps;
+        let stamp = self.read_stamp.fetch_add(1, Ordering::Relaxed) + 1;
+        let deadline = Instant::now() + budget;
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seq = None;
+        let mut context = None;
+        let mut pages = 0;
+        let mut paged_out = false;
+        loop {
+            pages += 1;
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (value, _) = self
+                .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST)
+                .await
+                .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
+            let page: ListToolsResult = serde_json::from_value(value).map_err(|e| {
+                WireError::new(
+                    ErrorKind::ClientError,
+                    format!("device sent a malformed tools/list result: {e}"),
+                )
+            })?;
+            seq = seq.or(mcp::seq_of(page.meta.as_ref()));
+            if context.is_none() {
+                context = page.meta.as_ref().and_then(|m| m.get(meta::CONTEXT)).cloned();
+            }
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) if pages < caps.max_list_pages && tools.len() <= caps.max_tools * 4 => {
+                    cursor = Some(next)
+                }
+                Some(_) => {
+                    paged_out = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        let seq = seq.unwrap_or(stamp);
+        let mut intake = caps::intake(tools, &caps);
+        if paged_out {
+            intake.dropped.push(DroppedTool { name: "*".into(), bytes: 0, reason: DropReason::TooManyPages });
+        }
+        for drop in &intake.dropped {
+            EdgeCounters::bump(&self.counters().tools_dropped);
+            warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), "tool dropped from manifest");
+        }
+        for _ in 0..intake.descriptions_truncated {
+            EdgeCounters::bump(&self.counters().descriptions_truncated);
+        }
+        if intake.descriptions_truncated > 0 {
+            warn!(session = %self.id, seq, count = intake.descriptions_truncated, limit = caps.description_chars, "tool descriptions cut to the description cap");
+        }
+        let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
+        let identity = self.identity.read().map(|i| i.clone()).unwrap_or_default();
+        let candidate = AppliedManifest::new(&self.id, seq, intake, context, &identity);
+        let swap = self.manifest.offer(candidate);
+        match swap {
+            Swap::Accepted { from, to } => {
+                EdgeCounters::bump(&self.counters().swaps_accepted);
+                info!(session = %self.id, from = ?from, to, "manifest swap accepted");
+                self.send_notification(method::MANIFEST_APPLIED, &report);
+                if from.is_some() {
+                    self.hub.publish(BackendEvent::ListChanged(ListChanged {
+                        session: self.id.clone(),
+                        seq: to,
+                    }));
+                }
+            }
+            Swap::Rejected { applied, offered } => {
+                EdgeCounters::bump(&self.counters().swaps_rejected);
+                info!(session = %self.id, applied, offered, "stale manifest swap rejected");
+            }
+        }
+        Ok(swap)
+    }
+
+    async fn initialize(&self) -> Result<(), WireError> {
+        let budget = self.hub.config.budgets.reread;
+        let params = json!({
+            "protocolVersion": MCP_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "tether-edge", "version": env!("CARGO_PKG_VERSION")},
+            "_meta": {meta::SESSION: self.id},
+        });
+        let (value, _) = self
+            .request(method::INITIALIZE, params, budget, method::INITIALIZE)
+            .await
+            .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
+        let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
+            WireError::new(ErrorKind::ClientError, format!("device sent a malformed initialize result: {e}"))
+        })?;
+        let identity = Identity {
+            server_info: init.server_info,
+            instructions: init.instructions,
+            concept: init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned(),
+        };
+        if let Ok(mut guard) = self.identity.write() {
+            *guard = identity;
+        }
+        self.send_notification(method::INITIALIZED, &json!({}));
+        self.read_catalog(budget).await.map(|_| ())
+    }
+
+    /// Asks the device to close with `code`, then latches.
+    pub fn close_with(&self, code: CloseCode, reason: &'static str) {
+        *lock(&self.close_code) = (code, reason);
+        self.latch(reason);
+    }
+
+    /// Latches the session closed: fail everything in flight, refuse the rest, tell the backends.
+    pub fn latch(&self, reason: &str) {
+        let drained = {
+            let mut link = lock(&self.link);
+            if link.closed.is_some() {
+                return;
+            }
+            link.closed = Some(reason.to_owned());
+            std::mem::take(&mut link.pending)
+        };
+        let in_flight = drained.len();
+        for (_, pending) in drained {
+            let _ = pending.tx.send(Answer::Closed(reason.to_owned()));
+        }
+        self.closed.cancel();
+        self.hub.remove(&self.id);
+        EdgeCounters::bump(&self.counters().sessions_latched);
+        info!(session = %self.id, principal = %self.principal, reason, in_flight, "session latched closed");
+        self.hub.publish(BackendEvent::SessionClosed(SessionClosed {
+            session: self.id.clone(),
+            reason: reason.to_owned(),
+        }));
+    }
+
+    fn on_text(&self, text: &str) {
+        match jsonrpc::parse(text) {
+            Ok(Frame::Response { id, outcome }) => {
+                let answer = match outcome {
+                    Ok(value) => Answer::Result { value, bytes: text.len() },
+                    Err(error) => Answer::Error(error),
+                };
+                self.complete(&id, answer);
+            }
+            Ok(Frame::Notification { method, params }) => self.on_notification(&method, &params),
+            Ok(Frame::Request { id, method, .. }) => {
+                let frame = if method == method::PING {
+                    jsonrpc::response(&id, &json!({}))
+                } else {
+                    let err = WireError::new(
+                        ErrorKind::MethodNotFound,
+                        format!("the edge does not serve {method}"),
+                    );
+                    jsonrpc::error_response(&id, &err)
+                };
+                if self.outbound.try_send(Outbound::Text(frame)).is_err() {
+                    EdgeCounters::bump(&self.counters().outbound_full);
+                }
+            }
+            Err(e) => {
+                EdgeCounters::bump(&self.counters().bad_frames);
+                debug!(session = %self.id, error = %e, "bad frame from device");
+                let (id, err) = e.to_wire();
+                if self.outbound.try_send(Outbound::Text(jsonrpc::error_response(&id, &err))).is_err() {
+                    EdgeCounters::bump(&self.counters().outbound_full);
+                }
+            }
+        }
+    }
+
+    fn complete(&self, id: &Value, answer: Answer) {
+        let Some(id) = id.as_u64() else {
+            EdgeCounters::bump(&self.counters().unknown_responses);
+            debug!(session = %self.id, id = %id, "response for an id the edge never used");
+            return;
+        };
+        let mut link = lock(&self.link);
+        if let Some(pending) = link.pending.remove(&id) {
+            drop(link);
+            let _ = pending.tx.send(answer);
+            return;
+        }
+        if let Some(late) = link.late.remove(&id) {
+            link.late_order.retain(|x| *x != id);
+            drop(link);
+            EdgeCounters::bump(&self.counters().late_answers);
+            let lateness = Instant::now().saturating_duration_since(late.deadline);
+            warn!(session = %self.id, call_id = id, tool = %late.tool, lateness_ms = ms(lateness), "late answer dropped");
+            return;
+        }
+        drop(link);
+        EdgeCounters::bump(&self.counters().unknown_responses);
+        debug!(session = %self.id, call_id = id, "response for an unknown or already answered id");
+    }
+
+    fn on_notification(&self, method: &str, params: &Value) {
+        if method != method::LIST_CHANGED {
+            debug!(session = %self.id, method, "device notification ignored");
+            return;
+        }
+        let announced = params.get("_meta").and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64);
+        if let (Some(announced), Some(applied)) = (announced, self.manifest.seq()) {
+            if announced <= applied {
+                EdgeCounters::bump(&self.counters().list_changed_stale);
+                debug!(session = %self.id, announced, applied, "list_changed not newer than applied manifest");
+                return;
+            }
+        }
+        // Notify holds one permit: a burst of list_changed coalesces into one re-read.
+        self.refresh.notify_one();
+    }
+
+    /// Re-reads the catalog whenever the device says it changed, one read at a time.
+    async fn refresher(self: Arc<Self>) {
+        let budget = self.hub.config.budgets.reread;
+        loop {
+            tokio::select! {
+                _ = self.refresh.notified() => {}
+                _ = self.closed.cancelled() => return,
+            }
+            if let Err(e) = self.read_catalog(budget).await {
+                EdgeCounters::bump(&self.counters().reread_failures);
+                warn!(session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
+            }
+        }
+    }
+}
+
+/// Serves one device over an upgraded WebSocket until it closes, the edge
+/// shuts down, or the device breaks the protocol.
+pub async fn serve_client<S, W>(
+    hub: Arc<Hub>,
+    sink: W,
+    stream: S,
+    principal: String,
+    shutdown: CancellationToken,
+) where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+    W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(hub.config.outbound_queue);
+    let session = Arc::new(Session::new(Arc::clone(&hub), principal, tx));
+    let writer_session = Arc::clone(&session);
+    let writer = tokio::spawn(async move {
+        let closed = writer_session.closed.clone();
+        let code_of = {
+            let s = Arc::clone(&writer_session);
+            move || *lock(&s.close_code)
+        };
+        if let Err(e) = crate::ws::write_loop(sink, rx, closed, code_of).await {
+            debug!(session = %writer_session.id, error = %e, "device socket write failed");
+            writer_session.latch("transport_error");
+        }
+    });
+    let lifecycle_session = Arc::clone(&session);
+    let lifecycle = tokio::spawn(async move {
+        let s = lifecycle_session;
+        match s.initialize().await {
+            Ok(()) => {
+                EdgeCounters::bump(&s.counters().sessions_opened);
+                let seq = s.manifest.seq().unwrap_or(0);
+                info!(session = %s.id, principal = %s.principal, seq, "device session ready");
+                if !s.is_closed() {
+                    s.hub.insert(Arc::clone(&s));
+                    // A latch can race the insert; make sure a closed session never stays listed.
+                    if s.is_closed() {
+                        s.hub.remove(&s.id);
+                    }
+                }
+                s.refresher().await;
+            }
+            Err(e) => {
+                EdgeCounters::bump(&s.counters().sessions_failed_init);
+                warn!(session = %s.id, error = %e, "device handshake failed");
+                s.close_with(CloseCode::Policy, "initialize or first tools/list failed");
+            }
+        }
+    });
+
+    let reason = read_loop(&session, stream, &shutdown).await;
+    match reason {
+        "shutdown" => session.close_with(CloseCode::Away, "edge shutting down"),
+        "protocol_error" => session.close_with(CloseCode::Unsupported, "binary frames are not accepted"),
+        "frame_too_large" => session.close_with(CloseCode::Size, "frame exceeds the transport ceiling"),
+        other => session.latch(other),
+    }
+    let _ = lifecycle.await;
+    let _ = writer.await;
+}
+
+async fn read_loop<S>(session: &Session, mut stream: S, shutdown: &CancellationToken) -> &'static str
+where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    loop {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = shutdown.cancelled() => return "shutdown",
+            _ = session.closed.cancelled() => return "closed",
+        };
+        match next {
+            None | Some(Ok(Message::Close(_))) => return "disconnected",
+            Some(Ok(Message::Text(text))) => session.on_text(text.as_str()),
+            Some(Ok(Message::Binary(_))) => {
+                EdgeCounters::bump(&session.counters().binary_frames);
+                warn!(session = %session.id, "binary frame from device; closing with 1003");
+                return "protocol_error";
+            }
+            Some(Ok(_)) => {}
+            Some(Err(WsError::Capacity(e))) => {
+                EdgeCounters::bump(&session.counters().oversized_frames);
+                warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
+                return "frame_too_large";
+            }
+            Some(Err(e)) => {
+                debug!(session = %session.id, error = %e, "device socket read failed");
+                return "transport_error";
+            }
+        }
+    }
+}
