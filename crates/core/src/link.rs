@@ -1,0 +1,303 @@
+//! The backend link: one socket to an edge, many sessions, blocking calls.
+//!
+//! Requests are multiplexed by id; a reader task completes them. When the
+//! socket closes, every request in flight fails with `channel_closed` at once
+//! and new ones are refused. Notifications from the edge go to a bounded
+//! queue the application reads with [`BackendLink::notifications`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+use tracing::{debug, warn};
+
+use tether_contract::backend::{
+    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionsList, TurnBegun,
+};
+use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
+
+use crate::counters::CoreCounters;
+
+/// Bound of the outbound request queue.
+const OUTBOUND_QUEUE: usize = 1024;
+/// Bound of the notification queue; past it notifications are dropped (counted).
+const NOTIFICATION_QUEUE: usize = 1024;
+
+/// Something the edge told this backend without being asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notification {
+    /// A session's manifest moved.
+    ListChanged(ListChanged),
+    /// A session latched closed.
+    SessionClosed(SessionClosed),
+    /// A notification this version does not know.
+    Other {
+        /// Method name.
+        method: String,
+        /// Params.
+        params: Value,
+    },
+}
+
+#[derive(Debug, Default)]
+struct State {
+    closed: Option<String>,
+    pending: HashMap<u64, oneshot::Sender<Result<Value, WireError>>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    outbound: mpsc::Sender<Message>,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    counters: Arc<CoreCounters>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Inner {
+    fn latch(&self, reason: &str) {
+        let drained = {
+            let mut state = lock(&self.state);
+            if state.closed.is_some() {
+                return;
+            }
+            state.closed = Some(reason.to_owned());
+            std::mem::take(&mut state.pending)
+        };
+        for (_, tx) in drained {
+            let _ = tx.send(Err(WireError::channel_closed(reason)));
+        }
+        debug!(reason, "backend link latched closed");
+    }
+
+    fn complete(&self, id: &Value, outcome: Result<Value, WireError>) {
+        let waiter = id.as_u64().and_then(|id| lock(&self.state).pending.remove(&id));
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(outcome);
+            }
+            None => {
+                CoreCounters::bump(&self.counters.late_responses);
+                debug!(id = %id, "edge response for a request that already gave up");
+            }
+        }
+    }
+}
+
+/// A connection to an edge's `/v1/backend`.
+#[derive(Debug)]
+pub struct BackendLink {
+    inner: Arc<Inner>,
+    notifications: Mutex<Option<mpsc::Receiver<Notification>>>,
+}
+
+impl BackendLink {
+    /// Dials `url` (`ws://host:port`, the path defaults to `/v1/backend`) with a backend token.
+    pub async fn connect(url: &str, token: &str) -> Result<BackendLink, WireError> {
+        let url = if url.trim_end_matches('/').matches('/').count() <= 2 {
+            format!("{}{BACKEND_PATH}", url.trim_end_matches('/'))
+        } else {
+            url.to_owned()
+        };
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("bad edge url {url}: {e}")))?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| WireError::new(ErrorKind::Unauthenticated, "token is not a valid header value"))?;
+        request.headers_mut().insert("authorization", bearer);
+        let (ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| match e {
+            WsError::Http(resp) if resp.status().as_u16() == 401 => {
+                let body =
+                    resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                WireError::new(ErrorKind::Unauthenticated, format!("edge refused the backend token: {body}"))
+            }
+            other => WireError::channel_closed(&format!("could not connect to {url}: {other}")),
+        })?;
+        Ok(BackendLink::from_stream(ws))
+    }
+
+    /// Runs the link over an already-upgraded WebSocket (tests use in-memory duplex streams).
+    pub fn from_stream<S>(ws: WebSocketStream<S>) -> BackendLink
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let counters = Arc::new(CoreCounters::default());
+        let (outbound, mut queue) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+        let (notify_tx, notify_rx) = mpsc::channel(NOTIFICATION_QUEUE);
+        let inner =
+            Arc::new(Inner { outbound, state: Mutex::default(), next_id: AtomicU64::new(1), counters });
+        let (mut sink, mut stream) = ws.split();
+        let writer_inner = Arc::clone(&inner);
+        tokio::spawn(async move {
+            while let Some(msg) = queue.recv().await {
+                if let Err(e) = sink.send(msg).await {
+                    debug!(error = %e, "backend link write failed");
+                    writer_inner.latch("edge connection lost");
+                    return;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let reader_inner = Arc::clone(&inner);
+        tokio::spawn(async move {
+            let reason = loop {
+                match stream.next().await {
+                    Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
+                        Ok(Frame::Response { id, outcome }) => {
+                            reader_inner.complete(&id, outcome.map_err(|e| WireError::from_json(&e)))
+                        }
+                        Ok(Frame::Notification { method, params }) => {
+                            let n = decode_notification(method, params);
+                            if notify_tx.try_send(n).is_err() {
+                                CoreCounters::bump(&reader_inner.counters.notifications_dropped);
+                                debug!("edge notification dropped: application is not reading notifications");
+                            }
+                        }
+                        Ok(Frame::Request { .. }) => debug!("edge sent a request; backends serve none"),
+                        Err(e) => {
+                            CoreCounters::bump(&reader_inner.counters.bad_frames);
+                            warn!(error = %e, "bad frame from edge");
+                        }
+                    },
+                    Some(Ok(Message::Close(frame))) => {
+                        break frame
+                            .map_or_else(|| "edge closed the link".to_owned(), |f| f.reason.to_string())
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break format!("edge connection lost: {e}"),
+                    None => break "edge connection lost".to_owned(),
+                }
+            };
+            reader_inner.latch(&reason);
+        });
+        BackendLink { inner, notifications: Mutex::new(Some(notify_rx)) }
+    }
+
+    /// Takes the notification queue (once; later calls get None).
+    pub fn notifications(&self) -> Option<mpsc::Receiver<Notification>> {
+        match self.notifications.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        }
+    }
+
+    /// Fallback counters of this link and the turns run over it.
+    pub fn counters(&self) -> Arc<CoreCounters> {
+        Arc::clone(&self.inner.counters)
+    }
+
+    /// Whether the link has closed.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner.state).closed.is_some()
+    }
+
+    /// Sends one request and waits at most `budget`; expiry is a `timeout` on `leg`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        leg: Leg,
+        budget: Duration,
+    ) -> Result<Value, WireError> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = oneshot::channel();
+        {
+            let mut state = lock(&self.inner.state);
+            if let Some(reason) = &state.closed {
+                return Err(WireError::channel_closed(reason));
+            }
+            state.pending.insert(id, tx);
+        }
+        let frame = Message::text(jsonrpc::request(&Value::from(id), method, &params));
+        if self.inner.outbound.try_send(frame).is_err() {
+            lock(&self.inner.state).pending.remove(&id);
+            return Err(WireError::new(ErrorKind::Overloaded, "backend link outbound queue is full"));
+        }
+        match tokio::time::timeout(budget, &mut rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(WireError::channel_closed("backend link dropped")),
+            Err(_) => {
+                if lock(&self.inner.state).pending.remove(&id).is_some() {
+                    let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+                    return Err(WireError::timeout(leg, ms));
+                }
+                // Completed between the timer and the lock: that answer is the outcome.
+                rx.try_recv().unwrap_or_else(|_| Err(WireError::channel_closed("backend link dropped")))
+            }
+        }
+    }
+
+    async fn typed<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        leg: Leg,
+        budget: Duration,
+    ) -> Result<T, WireError> {
+        let value = self.request(method, params, leg, budget).await?;
+        serde_json::from_value(value).map_err(|e| {
+            WireError::new(ErrorKind::Internal, format!("edge sent a malformed {method} result: {e}"))
+        })
+    }
+
+    /// Lists connected sessions.
+    pub async fn sessions(&self, budget: Duration) -> Result<SessionsList, WireError> {
+        self.typed(method::SESSIONS_LIST, json!({}), Leg::TurnStart, budget).await
+    }
+
+    /// Starts a turn against `session`.
+    pub async fn begin_turn(&self, session: &str, budget: Duration) -> Result<TurnBegun, WireError> {
+        let params = json!({ "session": session });
+        self.typed(method::TURN_BEGIN, params, Leg::TurnStart, budget).await
+    }
+
+    /// Reads `session`'s applied manifest.
+    pub async fn list_tools(&self, session: &str, budget: Duration) -> Result<Manifest, WireError> {
+        let params = json!({ "session": session });
+        self.typed(method::TOOLS_LIST, params, Leg::TurnStart, budget).await
+    }
+
+    /// One raw `tools/call` within `budget` (prefer [`crate::Turn::call`], which re-validates names).
+    pub async fn call(&self, params: CallParams, budget: Duration) -> Result<CallResponse, WireError> {
+        let value = serde_json::to_value(&params).map_err(|e| {
+            WireError::new(ErrorKind::InvalidArguments, format!("arguments do not serialize: {e}"))
+        })?;
+        self.typed(method::TOOLS_CALL, value, Leg::PerTool, budget).await
+    }
+}
+
+impl Drop for BackendLink {
+    fn drop(&mut self) {
+        self.inner.latch("backend link dropped");
+        let _ = self.inner.outbound.try_send(Message::Close(None));
+    }
+}
+
+fn decode_notification(method: String, params: Value) -> Notification {
+    let decoded = match method.as_str() {
+        method::LIST_CHANGED => serde_json::from_value(params.clone()).ok().map(Notification::ListChanged),
+        method::SESSION_CLOSED => {
+            serde_json::from_value(params.clone()).ok().map(Notification::SessionClosed)
+        }
+        _ => None,
+    };
+    decoded.unwrap_or(Notification::Other { method, params })
+}
