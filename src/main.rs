@@ -1,1 +1,263 @@
-fn main() {}
+//! `tether`: the edge worker and its companion commands.
+//!
+//! `tether serve` runs the edge; `tether token` mints credentials with the
+//! edge's secret; `tether sim-device` connects a simulated device;
+//! `tether call` and `tether sessions` drive the backend link from a shell.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use tether_contract::{Budgets, AUD_BACKEND};
+use tether_core::{for_model, BackendLink, Turn, WireError};
+use tether_edge::auth::Keys;
+use tether_edge::config::{default_data_dir, EdgeConfig, DEFAULT_LISTEN};
+use tether_edge::Edge;
+use tether_harness::{DeviceSpec, SimDevice};
+
+#[derive(Parser)]
+#[command(name = "tether", version, about = "Realtime broker for tools that run on the client")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the edge worker (defaults: 127.0.0.1:7878, no config needed).
+    Serve {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = DEFAULT_LISTEN)]
+        listen: std::net::SocketAddr,
+        /// Where the generated JWT secret lives (default: $TETHER_DATA_DIR or ~/.local/share/tether).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Print a token signed with the edge's secret.
+    Token {
+        /// Principal (`sub`).
+        #[arg(long)]
+        sub: String,
+        /// Audience: tether-client (a device) or tether-backend (an agent backend).
+        #[arg(long)]
+        aud: String,
+        /// Lifetime, e.g. 90s, 30m, 1h, 2d.
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: Duration,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Connect a simulated device (the realistic fixture device) and keep it online.
+    SimDevice {
+        /// Edge address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// Principal of the device's token.
+        #[arg(long, default_value = "mira")]
+        sub: String,
+        /// A declaration fixture to serve instead of the built-in device.
+        #[arg(long)]
+        fixture: Option<PathBuf>,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Call a tool on a session, as an agent backend would.
+    Call {
+        /// Session id (see `tether sessions`).
+        #[arg(long)]
+        session: String,
+        /// Namespaced tool name (client__…).
+        #[arg(long)]
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Edge address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// List connected sessions.
+    Sessions {
+        /// Edge address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 =
+        digits.parse().map_err(|_| format!("ttl {s:?}: expected a number followed by s, m, h or d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("ttl {s:?}: unit must be s, m, h or d")),
+    };
+    if secs == 0 {
+        return Err("ttl must be longer than zero".into());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn keys(data_dir: Option<PathBuf>) -> Result<Keys, String> {
+    let dir = data_dir.unwrap_or_else(default_data_dir);
+    Keys::load(None, &dir).map(|(k, _)| k).map_err(|e| e.to_string())
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                token.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    token.cancel();
+}
+
+fn print_error(err: &WireError) {
+    let json = serde_json::json!({"error": err.to_json(), "for_model": for_model(err)});
+    println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve { listen, data_dir } => {
+            let mut config = EdgeConfig { listen, ..EdgeConfig::default() };
+            if let Some(dir) = data_dir {
+                config.data_dir = dir;
+            }
+            let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;
+            let addr = edge.local_addr().map_err(|e| e.to_string())?;
+            println!("listening on ws://{addr}");
+            let token = edge.shutdown_token();
+            tokio::spawn(shutdown_signal(token));
+            edge.run().await;
+            Ok(())
+        }
+        Command::Token { sub, aud, ttl, data_dir } => {
+            if aud != tether_contract::AUD_CLIENT && aud != AUD_BACKEND {
+                return Err(format!("--aud must be {} or {AUD_BACKEND}", tether_contract::AUD_CLIENT));
+            }
+            let token = keys(data_dir)?.issue(&sub, &aud, ttl).map_err(|e| e.to_string())?;
+            println!("{token}");
+            Ok(())
+        }
+        Command::SimDevice { edge, sub, fixture, data_dir } => {
+            let spec = match fixture {
+                Some(path) => {
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    let value: Value =
+                        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                    DeviceSpec::from_fixture(&value).map_err(|e| e.to_string())?
+                }
+                None => DeviceSpec::fieldkit(),
+            };
+            let token = keys(data_dir)?
+                .issue(&sub, tether_contract::AUD_CLIENT, Duration::from_secs(86_400))
+                .map_err(|e| e.to_string())?;
+            let tools = spec.tools.len();
+            let mut device =
+                SimDevice::connect(&edge, &token, spec).await.map_err(|e| format!("connect {edge}: {e}"))?;
+            let session = device.session_id().await.ok_or("edge closed before initialize")?;
+            println!("session {session}");
+            eprintln!("simulated device online with {tools} tools as {sub}; Ctrl-C to disconnect");
+            tokio::select! {
+                _ = device.closed() => Err("edge closed the device connection".into()),
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            }
+        }
+        Command::Call { session, tool, args, edge, data_dir } => {
+            let arguments: Value =
+                serde_json::from_str(&args).map_err(|e| format!("--args is not valid JSON: {e}"))?;
+            let token = keys(data_dir)?
+                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
+                .map_err(|e| e.to_string())?;
+            let link = match BackendLink::connect(&edge, &token).await {
+                Ok(link) => link,
+                Err(e) => {
+                    print_error(&e);
+                    return Err("call failed".into());
+                }
+            };
+            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            if let Some(e) = turn.degraded() {
+                print_error(e);
+                return Err("call failed".into());
+            }
+            match turn.call(&tool, arguments).await {
+                Ok(result) => {
+                    println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+                    Ok(())
+                }
+                Err(e) => {
+                    print_error(&e);
+                    Err("call failed".into())
+                }
+            }
+        }
+        Command::Sessions { edge, data_dir } => {
+            let token = keys(data_dir)?
+                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
+                .map_err(|e| e.to_string())?;
+            let link = BackendLink::connect(&edge, &token).await.map_err(|e| e.to_string())?;
+            let list = link.sessions(Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+            if list.sessions.is_empty() {
+                println!("no sessions connected");
+            }
+            for s in list.sessions {
+                let name = s.server_info.get("name").and_then(Value::as_str).unwrap_or("?");
+                println!(
+                    "{}  principal={}  device={}  seq={}  tools={}",
+                    s.session, s.principal, name, s.seq, s.tools
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

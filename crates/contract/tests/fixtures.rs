@@ -1,5 +1,7 @@
 //! Every frame in `proto-fixtures/` is a valid JSON-RPC 2.0 message of the kind its name says.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: a panic is a failed test
+
 use tether_contract::jsonrpc::{parse, Frame};
 use tether_contract::mcp::{CallToolResult, InitializeResult, ListToolsResult};
 

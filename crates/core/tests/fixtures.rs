@@ -1,5 +1,7 @@
 //! Core's reading of the shared backend frames and error fixtures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: a panic is a failed test
+
 use serde_json::Value;
 use tether_contract::backend::{
     CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionsList, TurnBegun,

@@ -1,5 +1,7 @@
 //! The edge's reading of the shared declarations in `proto-fixtures/`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: a panic is a failed test
+
 use serde_json::Value;
 use tether_contract::backend::DropReason;
 use tether_contract::mcp::ListToolsResult;

@@ -1,0 +1,450 @@
+//! A simulated device on the client link.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+use tracing::debug;
+
+use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::mcp::{meta, method, InitializeResult, ToolDeclaration};
+use tether_contract::{CLIENT_PATH, CLIENT_SUBPROTOCOL};
+
+/// The realistic device of `proto-fixtures/declarations/fieldkit-device.json`.
+const FIELDKIT: &str = include_str!("../../../proto-fixtures/declarations/fieldkit-device.json");
+
+/// How the device answers one tool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Behavior {
+    /// Answer with an echo of the call after `latency` (cut at the answer ceiling).
+    Answer {
+        /// Time to answer.
+        latency: Duration,
+    },
+    /// Answer with an `isError` result.
+    Fail {
+        /// Device failure code.
+        code: String,
+        /// Whether a retry may work.
+        retryable: bool,
+    },
+    /// Never answer (a fault: ignores the answer ceiling).
+    Silent,
+    /// Answer after `after` (a fault: ignores the answer ceiling).
+    Late {
+        /// Time to answer.
+        after: Duration,
+    },
+    /// Drop the socket when called.
+    Disconnect,
+    /// Replace the catalog, bump the seq, then answer with the new seq.
+    Navigate {
+        /// The new catalog.
+        tools: Vec<ToolDeclaration>,
+    },
+}
+
+/// What the device is: its identity, catalog and behaviours.
+#[derive(Debug, Clone)]
+pub struct DeviceSpec {
+    /// Its `initialize` answer.
+    pub initialize: InitializeResult,
+    /// Its catalog.
+    pub tools: Vec<ToolDeclaration>,
+    /// Its catalog seq; None means it stamps no seq at all.
+    pub seq: Option<u64>,
+    /// Its `tether.dev/context`.
+    pub context: Option<Value>,
+    /// Tools per `tools/list` page; None serves one page.
+    pub page_size: Option<usize>,
+    /// Behaviour per device tool name.
+    pub behaviors: HashMap<String, Behavior>,
+    /// Behaviour of tools not in `behaviors`.
+    pub default_behavior: Behavior,
+    /// The client's own answer ceiling (2 s by default).
+    pub answer_ceiling: Duration,
+}
+
+/// Why a device spec could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The fixture is not valid.
+    #[error("device fixture: {0}")]
+    Fixture(#[from] serde_json::Error),
+}
+
+impl DeviceSpec {
+    /// A spec from a declaration fixture (`{initialize?, tools_list}`).
+    pub fn from_fixture(fixture: &Value) -> Result<DeviceSpec, SpecError> {
+        let mut spec = DeviceSpec::minimal(Vec::new());
+        if let Some(v) = fixture.get("initialize") {
+            spec.initialize = serde_json::from_value(v.clone())?;
+        }
+        let list = fixture.get("tools_list").cloned().unwrap_or_else(|| json!({"tools": []}));
+        spec.tools = serde_json::from_value(list.get("tools").cloned().unwrap_or_else(|| json!([])))?;
+        let meta = list.get("_meta");
+        spec.seq = Some(meta.and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64).unwrap_or(1));
+        spec.context = meta.and_then(|m| m.get(meta::CONTEXT)).cloned();
+        Ok(spec)
+    }
+
+    /// The realistic 10-tool field-service device from `proto-fixtures/`.
+    pub fn fieldkit() -> DeviceSpec {
+        let fixture: Value = serde_json::from_str(FIELDKIT).unwrap_or_default();
+        DeviceSpec::from_fixture(&fixture).unwrap_or_else(|_| DeviceSpec::minimal(Vec::new()))
+    }
+
+    /// A device with just these tools, seq 1, honest answers.
+    pub fn minimal(tools: Vec<ToolDeclaration>) -> DeviceSpec {
+        DeviceSpec {
+            initialize: InitializeResult {
+                protocol_version: tether_contract::MCP_PROTOCOL_VERSION.into(),
+                server_info: json!({"name": "sim-device", "version": env!("CARGO_PKG_VERSION")}),
+                capabilities: json!({"tools": {"listChanged": true}}),
+                ..InitializeResult::default()
+            },
+            tools,
+            seq: Some(1),
+            context: None,
+            page_size: None,
+            behaviors: HashMap::new(),
+            default_behavior: Behavior::Answer { latency: Duration::ZERO },
+            answer_ceiling: Duration::from_secs(2),
+        }
+    }
+
+    /// Sets one tool's behaviour.
+    pub fn with(mut self, tool: &str, behavior: Behavior) -> DeviceSpec {
+        self.behaviors.insert(tool.to_owned(), behavior);
+        self
+    }
+}
+
+/// A tool declaration with a name and an empty object schema.
+pub fn tool(name: &str) -> ToolDeclaration {
+    ToolDeclaration {
+        name: name.to_owned(),
+        title: None,
+        description: Some(format!("Simulated tool {name}.")),
+        input_schema: json!({"type": "object"}),
+        output_schema: None,
+        annotations: None,
+    }
+}
+
+/// One `tools/call` the device received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedCall {
+    /// JSON-RPC id the edge used.
+    pub id: Value,
+    /// The device-side tool name.
+    pub name: String,
+    /// Arguments.
+    pub arguments: Value,
+    /// `_meta` (deadline, idempotency key).
+    pub meta: Value,
+}
+
+/// What the device saw, for assertions.
+#[derive(Debug, Default)]
+pub struct Observed {
+    calls: Mutex<Vec<ReceivedCall>>,
+    cancels: Mutex<Vec<Value>>,
+    manifest_reports: Mutex<Vec<Value>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Observed {
+    /// Calls received so far.
+    pub fn calls(&self) -> Vec<ReceivedCall> {
+        lock(&self.calls).clone()
+    }
+    /// `notifications/cancelled` params received so far.
+    pub fn cancels(&self) -> Vec<Value> {
+        lock(&self.cancels).clone()
+    }
+    /// `manifest_applied` reports received so far.
+    pub fn manifest_reports(&self) -> Vec<Value> {
+        lock(&self.manifest_reports).clone()
+    }
+}
+
+#[derive(Debug)]
+enum Control {
+    Navigate(Vec<ToolDeclaration>),
+    Disconnect,
+}
+
+/// A running simulated device.
+#[derive(Debug)]
+pub struct SimHandle {
+    control: mpsc::Sender<Control>,
+    session: watch::Receiver<Option<String>>,
+    /// What the device saw.
+    pub observed: Arc<Observed>,
+    done: watch::Receiver<bool>,
+}
+
+impl SimHandle {
+    /// Waits until the edge has sent `initialize`, and returns the session id it assigned.
+    pub async fn session_id(&mut self) -> Option<String> {
+        let got = self.session.wait_for(Option::is_some).await.ok()?;
+        got.clone()
+    }
+
+    /// Replaces the catalog with a newer seq and announces it with `list_changed`.
+    pub async fn navigate(&self, tools: Vec<ToolDeclaration>) {
+        let _ = self.control.send(Control::Navigate(tools)).await;
+    }
+
+    /// Drops the socket without a close handshake.
+    pub async fn disconnect(&self) {
+        let _ = self.control.send(Control::Disconnect).await;
+    }
+
+    /// Waits until the device's connection has ended.
+    pub async fn closed(&mut self) {
+        let _ = self.done.wait_for(|d| *d).await;
+    }
+}
+
+/// Entry points.
+#[derive(Debug)]
+pub struct SimDevice;
+
+impl SimDevice {
+    /// Dials an edge (`ws://host:port`) with a client token and runs the device.
+    pub async fn connect(edge: &str, token: &str, spec: DeviceSpec) -> Result<SimHandle, WsError> {
+        let url = format!("{}{CLIENT_PATH}", edge.trim_end_matches('/'));
+        let mut request = url.into_client_request()?;
+        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
+            request.headers_mut().insert("authorization", v);
+        }
+        request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static(CLIENT_SUBPROTOCOL));
+        let (ws, _) = tokio_tungstenite::connect_async(request).await?;
+        Ok(SimDevice::spawn(ws, spec))
+    }
+
+    /// Runs the device over an already-upgraded socket (tests use duplex streams).
+    pub fn spawn<S>(ws: WebSocketStream<S>, spec: DeviceSpec) -> SimHandle
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (control_tx, control_rx) = mpsc::channel(16);
+        let (session_tx, session_rx) = watch::channel(None);
+        let (done_tx, done_rx) = watch::channel(false);
+        let observed = Arc::new(Observed::default());
+        tokio::spawn(run(ws, spec, control_rx, session_tx, Arc::clone(&observed), done_tx));
+        SimHandle { control: control_tx, session: session_rx, observed, done: done_rx }
+    }
+}
+
+struct State {
+    spec: DeviceSpec,
+    seq: Option<u64>,
+}
+
+impl State {
+    fn seq_meta(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        if let Some(seq) = self.seq {
+            m.insert(meta::SEQ.into(), Value::from(seq));
+        }
+        m
+    }
+
+    fn list_page(&self, cursor: Option<&str>) -> Value {
+        let start: usize = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let size = self.spec.page_size.unwrap_or(usize::MAX);
+        let page: Vec<_> = self.spec.tools.iter().skip(start).take(size).cloned().collect();
+        let mut meta = self.seq_meta();
+        if let Some(ctx) = &self.spec.context {
+            meta.insert(meta::CONTEXT.into(), ctx.clone());
+        }
+        let mut out = json!({"tools": page, "_meta": meta});
+        if start.saturating_add(size) < self.spec.tools.len() {
+            out["nextCursor"] = Value::from((start + size).to_string());
+        }
+        out
+    }
+
+    fn navigate(&mut self, tools: Vec<ToolDeclaration>) {
+        self.spec.tools = tools;
+        self.seq = self.seq.map(|s| s + 1);
+    }
+}
+
+fn echo(name: &str, arguments: &Value, meta: Map<String, Value>) -> Value {
+    json!({
+        "content": [{"type": "text", "text": format!("{name} done")}],
+        "structuredContent": {"tool": name, "arguments": arguments},
+        "_meta": meta,
+    })
+}
+
+async fn run<S>(
+    ws: WebSocketStream<S>,
+    spec: DeviceSpec,
+    mut control: mpsc::Receiver<Control>,
+    session: watch::Sender<Option<String>>,
+    observed: Arc<Observed>,
+    done: watch::Sender<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sink, mut stream) = ws.split();
+    let (out_tx, mut out_rx) = mpsc::channel::<Message>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = out_rx.recv().await {
+            let close = msg.is_close();
+            if sink.send(msg).await.is_err() || close {
+                break;
+            }
+        }
+    });
+    let seq = spec.seq;
+    let mut state = State { spec, seq };
+    loop {
+        tokio::select! {
+            next = stream.next() => {
+                let Some(Ok(msg)) = next else { break };
+                let Message::Text(text) = msg else {
+                    if msg.is_close() { break } else { continue }
+                };
+                match jsonrpc::parse(text.as_str()) {
+                    Ok(Frame::Request { id, method, params }) => {
+                        if !handle_request(&mut state, &out_tx, &session, &observed, id, &method, params).await {
+                            break;
+                        }
+                    }
+                    Ok(Frame::Notification { method, params }) => match method.as_str() {
+                        method::CANCELLED => lock(&observed.cancels).push(params),
+                        method::MANIFEST_APPLIED => lock(&observed.manifest_reports).push(params),
+                        _ => {}
+                    },
+                    Ok(Frame::Response { .. }) => {}
+                    Err(e) => debug!(error = %e, "sim device got a bad frame"),
+                }
+            }
+            ctl = control.recv() => match ctl {
+                Some(Control::Navigate(tools)) => {
+                    state.navigate(tools);
+                    let frame = jsonrpc::notification(method::LIST_CHANGED, &json!({"_meta": state.seq_meta()}));
+                    let _ = out_tx.send(Message::text(frame)).await;
+                }
+                Some(Control::Disconnect) | None => break,
+            }
+        }
+    }
+    writer.abort();
+    let _ = done.send(true);
+}
+
+/// Handles one request; returns false when the device should drop the socket.
+async fn handle_request(
+    state: &mut State,
+    out: &mpsc::Sender<Message>,
+    session: &watch::Sender<Option<String>>,
+    observed: &Observed,
+    id: Value,
+    method_name: &str,
+    params: Value,
+) -> bool {
+    let reply = |v: Value| Message::text(jsonrpc::response(&id, &v));
+    match method_name {
+        method::INITIALIZE => {
+            let sid = params.get("_meta").and_then(|m| m.get(meta::SESSION)).and_then(Value::as_str);
+            let _ = session.send(sid.map(str::to_owned));
+            let _ = out.send(reply(serde_json::to_value(&state.spec.initialize).unwrap_or_default())).await;
+        }
+        method::TOOLS_LIST => {
+            let cursor = params.get("cursor").and_then(Value::as_str);
+            let _ = out.send(reply(state.list_page(cursor))).await;
+        }
+        method::PING => {
+            let _ = out.send(reply(json!({}))).await;
+        }
+        method::TOOLS_CALL => {
+            let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
+            let call_meta = params.get("_meta").cloned().unwrap_or(Value::Null);
+            lock(&observed.calls).push(ReceivedCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+                meta: call_meta,
+            });
+            let behavior = state
+                .spec
+                .behaviors
+                .get(&name)
+                .cloned()
+                .unwrap_or_else(|| state.spec.default_behavior.clone());
+            let ceiling = state.spec.answer_ceiling;
+            match behavior {
+                Behavior::Answer { latency } => {
+                    let frame = if latency > ceiling {
+                        let r = json!({
+                            "content": [{"type": "text", "text": format!("{name} took longer than the device's {} ms ceiling", ceiling.as_millis())}],
+                            "structuredContent": {"code": "device_timeout", "retryable": true},
+                            "isError": true,
+                            "_meta": state.seq_meta(),
+                        });
+                        (ceiling, r)
+                    } else {
+                        (latency, echo(&name, &arguments, state.seq_meta()))
+                    };
+                    delayed(out, id, frame.0, frame.1);
+                }
+                Behavior::Late { after } => {
+                    delayed(out, id, after, echo(&name, &arguments, state.seq_meta()))
+                }
+                Behavior::Fail { code, retryable } => {
+                    let r = json!({
+                        "content": [{"type": "text", "text": format!("{name} failed: {code}")}],
+                        "structuredContent": {"code": code, "retryable": retryable},
+                        "isError": true,
+                        "_meta": state.seq_meta(),
+                    });
+                    let _ = out.send(reply(r)).await;
+                }
+                Behavior::Silent => {}
+                Behavior::Disconnect => return false,
+                Behavior::Navigate { tools } => {
+                    state.navigate(tools);
+                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta()))).await;
+                }
+            }
+        }
+        other => {
+            let err = tether_contract::WireError::new(
+                tether_contract::ErrorKind::MethodNotFound,
+                format!("sim device does not serve {other}"),
+            );
+            let _ = out.send(Message::text(jsonrpc::error_response(&id, &err))).await;
+        }
+    }
+    true
+}
+
+fn delayed(out: &mpsc::Sender<Message>, id: Value, after: Duration, result: Value) {
+    let out = out.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = out.send(Message::text(jsonrpc::response(&id, &result))).await;
+    });
+}
