@@ -118,9 +118,10 @@ fn keys(data_dir: Option<PathBuf>) -> Result<Keys, String> {
     Keys::load(None, &dir).map(|(k, _)| k).map_err(|e| e.to_string())
 }
 
-fn init_tracing() {
+/// The edge logs at info by default; the client commands only warn, so their stdout stays readable.
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
@@ -251,8 +252,8 @@ async fn run(cli: Cli) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" });
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

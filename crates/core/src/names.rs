@@ -53,10 +53,10 @@ mod tests {
     fn shape_table() {
         let long = format!("{PREFIX}{}", "a".repeat(57));
         let cases: &[(&str, Result<(), NameViolation>)] = &[
-            ("client__scan_barcode", Ok(())),
+            ("client__read_value", Ok(())),
             ("client__a1", Ok(())),
             ("client__x_2", Ok(())),
-            ("scan_barcode", Err(NameViolation::MissingPrefix)),
+            ("read_value", Err(NameViolation::MissingPrefix)),
             ("Client__x", Err(NameViolation::MissingPrefix)),
             ("client__", Err(NameViolation::Empty)),
             (&long, Err(NameViolation::TooLong)),

@@ -31,8 +31,15 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
 }
 
 fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
-    hub.session(id).ok_or_else(|| {
-        WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}")).with("session", id)
+    if let Some(s) = hub.session(id) {
+        return Ok(s);
+    }
+    Err(match hub.closed_reason(id) {
+        Some(reason) => {
+            EdgeCounters::bump(&hub.counters.calls_channel_closed);
+            WireError::channel_closed(&reason).with("session", id)
+        }
+        None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}")).with("session", id),
     })
 }
 

@@ -3,7 +3,8 @@
 //! This is the seam DESIGN §10 scales out behind: a later NATS router answers
 //! the same questions for sessions held by other edges.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -17,6 +18,15 @@ use crate::session::Session;
 
 /// Bound of the backend event fan-out; a slower backend loses events (counted).
 const EVENT_QUEUE: usize = 1024;
+/// How many recently closed session ids are remembered, so a late call gets
+/// `channel_closed` with the reason instead of a bare `session_not_found`.
+const CLOSED_MEMORY: usize = 4096;
+
+#[derive(Debug, Default)]
+struct Tombstones {
+    order: VecDeque<String>,
+    reasons: HashMap<String, String>,
+}
 
 /// Something every connected backend is told.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +56,7 @@ pub struct Hub {
     /// Every fallback and drop, counted.
     pub counters: EdgeCounters,
     sessions: DashMap<String, Arc<Session>>,
+    closed: Mutex<Tombstones>,
     events: broadcast::Sender<BackendEvent>,
 }
 
@@ -53,7 +64,13 @@ impl Hub {
     /// A hub with no sessions.
     pub fn new(config: EdgeConfig) -> Arc<Hub> {
         let (events, _) = broadcast::channel(EVENT_QUEUE);
-        Arc::new(Hub { config, counters: EdgeCounters::default(), sessions: DashMap::new(), events })
+        Arc::new(Hub {
+            config,
+            counters: EdgeCounters::default(),
+            sessions: DashMap::new(),
+            closed: Mutex::default(),
+            events,
+        })
     }
 
     /// Looks up a connected session.
@@ -79,6 +96,30 @@ impl Hub {
 
     pub(crate) fn remove(&self, id: &str) {
         self.sessions.remove(id);
+    }
+
+    /// Removes a latched session and remembers why it closed.
+    pub(crate) fn remove_closed(&self, id: &str, reason: &str) {
+        self.sessions.remove(id);
+        let mut t = match self.closed.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if t.order.len() >= CLOSED_MEMORY {
+            if let Some(oldest) = t.order.pop_front() {
+                t.reasons.remove(&oldest);
+            }
+        }
+        t.order.push_back(id.to_owned());
+        t.reasons.insert(id.to_owned(), reason.to_owned());
+    }
+
+    /// Why a recently closed session closed, if it is still remembered.
+    pub fn closed_reason(&self, id: &str) -> Option<String> {
+        match self.closed.lock() {
+            Ok(g) => g.reasons.get(id).cloned(),
+            Err(p) => p.into_inner().reasons.get(id).cloned(),
+        }
     }
 
     /// Subscribes a backend to session events.

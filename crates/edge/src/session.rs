@@ -437,9 +437,14 @@ impl Session {
         self.read_catalog(budget).await.map(|_| ())
     }
 
-    /// Asks the device to close with `code`, then latches.
-    pub fn close_with(&self, code: CloseCode, reason: &'static str) {
-        *lock(&self.close_code) = (code, reason);
+    /// Latches with `reason` and closes the socket with `code` and `text`.
+    ///
+    /// The first latch wins: a session already closed keeps its close code.
+    pub fn close_with(&self, reason: &str, code: CloseCode, text: &'static str) {
+        if lock(&self.link).closed.is_some() {
+            return;
+        }
+        *lock(&self.close_code) = (code, text);
         self.latch(reason);
     }
 
@@ -458,7 +463,7 @@ impl Session {
             let _ = pending.tx.send(Answer::Closed(reason.to_owned()));
         }
         self.closed.cancel();
-        self.hub.remove(&self.id);
+        self.hub.remove_closed(&self.id, reason);
         EdgeCounters::bump(&self.counters().sessions_latched);
         info!(session = %self.id, principal = %self.principal, reason, in_flight, "session latched closed");
         self.hub.publish(BackendEvent::SessionClosed(SessionClosed {
@@ -603,19 +608,20 @@ pub async fn serve_client<S, W>(
                 }
                 s.refresher().await;
             }
+            Err(_) if s.is_closed() => {}
             Err(e) => {
                 EdgeCounters::bump(&s.counters().sessions_failed_init);
                 warn!(session = %s.id, error = %e, "device handshake failed");
-                s.close_with(CloseCode::Policy, "initialize or first tools/list failed");
+                s.close_with("handshake_failed", CloseCode::Policy, "initialize or first tools/list failed");
             }
         }
     });
 
     let reason = read_loop(&session, stream, &shutdown).await;
     match reason {
-        "shutdown" => session.close_with(CloseCode::Away, "edge shutting down"),
-        "protocol_error" => session.close_with(CloseCode::Unsupported, "binary frames are not accepted"),
-        "frame_too_large" => session.close_with(CloseCode::Size, "frame exceeds the transport ceiling"),
+        "shutdown" => session.close_with(reason, CloseCode::Away, "edge shutting down"),
+        "protocol_error" => session.close_with(reason, CloseCode::Unsupported, "binary frames are not accepted"),
+        "frame_too_large" => session.close_with(reason, CloseCode::Size, "frame exceeds the transport ceiling"),
         other => session.latch(other),
     }
     let _ = lifecycle.await;

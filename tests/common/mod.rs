@@ -1,0 +1,193 @@
+//! Test helpers shared by the contract suite: edges over real loopback sockets
+//! and over in-memory duplex streams, both stopped on drop.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::io::DuplexStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+use tether_core::BackendLink;
+use tether_edge::auth::Keys;
+use tether_edge::{Edge, EdgeConfig, Hub};
+use tether_harness::{DeviceSpec, SimDevice, SimHandle};
+
+/// The fixed secret every test edge uses.
+pub const SECRET: &str = "tether-test-secret-0123456789abcdef";
+
+pub fn keys() -> Keys {
+    Keys::from_secret(SECRET.as_bytes()).unwrap()
+}
+
+pub fn fixture(path: &str) -> Value {
+    let full = format!("{}/proto-fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&full).unwrap()).unwrap()
+}
+
+pub fn test_config() -> EdgeConfig {
+    EdgeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        jwt_secret: Some(SECRET.into()),
+        data_dir: std::env::temp_dir().join("tether-tests-unused"),
+        ..EdgeConfig::default()
+    }
+}
+
+/// A real edge on 127.0.0.1:0; shuts down when dropped.
+pub struct LiveEdge {
+    pub url: String,
+    pub hub: Arc<Hub>,
+    pub shutdown: CancellationToken,
+    pub task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl LiveEdge {
+    pub async fn start() -> LiveEdge {
+        Self::start_with(test_config()).await
+    }
+
+    pub async fn start_with(config: EdgeConfig) -> LiveEdge {
+        let edge = Edge::bind(config).await.unwrap();
+        let url = format!("ws://{}", edge.local_addr().unwrap());
+        let hub = edge.hub();
+        let shutdown = edge.shutdown_token();
+        let task = Some(tokio::spawn(edge.run()));
+        LiveEdge { url, hub, shutdown, task }
+    }
+
+    pub fn client_token(&self, sub: &str) -> String {
+        keys().issue(sub, "tether-client", Duration::from_secs(600)).unwrap()
+    }
+
+    pub async fn device(&self, spec: DeviceSpec) -> (SimHandle, String) {
+        let mut dev = SimDevice::connect(&self.url, &self.client_token("mira"), spec).await.unwrap();
+        let session = dev.session_id().await.unwrap();
+        wait_until(|| self.hub.session(&session).is_some()).await;
+        (dev, session)
+    }
+
+    pub async fn backend(&self) -> BackendLink {
+        let token = keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+        BackendLink::connect(&self.url, &token).await.unwrap()
+    }
+}
+
+impl Drop for LiveEdge {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// An edge whose sockets are in-memory duplex pipes, for paused-time tests.
+pub struct DuplexEdge {
+    pub hub: Arc<Hub>,
+    pub shutdown: CancellationToken,
+}
+
+const PIPE: usize = 256 * 1024;
+
+impl DuplexEdge {
+    pub fn new() -> DuplexEdge {
+        Self::with_config(test_config())
+    }
+
+    pub fn with_config(config: EdgeConfig) -> DuplexEdge {
+        DuplexEdge { hub: Hub::new(config), shutdown: CancellationToken::new() }
+    }
+
+    /// A device-side socket whose other end the edge serves as `/v1/client`.
+    pub async fn raw_device(&self) -> WebSocketStream<DuplexStream> {
+        let (edge_end, device_end) = tokio::io::duplex(PIPE);
+        let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
+        let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+        let (sink, stream) = edge_ws.split();
+        tokio::spawn(tether_edge::session::serve_client(
+            Arc::clone(&self.hub),
+            sink,
+            stream,
+            "mira".into(),
+            self.shutdown.clone(),
+        ));
+        WebSocketStream::from_raw_socket(device_end, Role::Client, None).await
+    }
+
+    /// A simulated device connected through a duplex pipe, ready once the edge listed it.
+    pub async fn device(&self, spec: DeviceSpec) -> (SimHandle, String) {
+        let ws = self.raw_device().await;
+        let mut dev = SimDevice::spawn(ws, spec);
+        let session = dev.session_id().await.unwrap();
+        wait_until(|| self.hub.session(&session).is_some()).await;
+        (dev, session)
+    }
+
+    /// A backend link over a duplex pipe.
+    pub async fn backend(&self) -> BackendLink {
+        let (edge_end, backend_end) = tokio::io::duplex(PIPE);
+        let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
+        let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+        let (sink, stream) = edge_ws.split();
+        tokio::spawn(tether_edge::backend::serve_backend(
+            Arc::clone(&self.hub),
+            sink,
+            stream,
+            "agent".into(),
+            self.shutdown.clone(),
+        ));
+        BackendLink::from_stream(WebSocketStream::from_raw_socket(backend_end, Role::Client, None).await)
+    }
+}
+
+impl Drop for DuplexEdge {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Polls `cond` (yielding between tries) for a bounded number of rounds.
+pub async fn wait_until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..2_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("condition not reached");
+}
+
+/// Runs `f` with tracing captured into a string (current-thread runtimes only).
+pub async fn capture_logs<F: Future>(f: F) -> (F::Output, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    drop(guard);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (out, text)
+}

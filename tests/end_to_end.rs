@@ -1,0 +1,274 @@
+//! Wire behaviour over real sockets on 127.0.0.1:0: the real edge, the real
+//! core client and the simulated device.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use common::{fixture, keys, wait_until, LiveEdge};
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::mcp::ToolDeclaration;
+use tether_contract::{Budgets, ErrorKind};
+use tether_core::Turn;
+use tether_edge::auth::Claims;
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec};
+
+#[tokio::test]
+async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
+    let edge = LiveEdge::start().await;
+    let device_fixture = fixture("declarations/fieldkit-device.json");
+    let declared: Vec<ToolDeclaration> = serde_json::from_value(device_fixture["tools_list"]["tools"].clone()).unwrap();
+    let expected = device_fixture["expected_namespaced"].as_object().unwrap().clone();
+    let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
+    let link = edge.backend().await;
+
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    assert!(turn.degraded().is_none(), "{:?}", turn.degraded());
+    assert_eq!(turn.tools().len(), declared.len());
+    for (got, original) in turn.tools().iter().zip(&declared) {
+        assert_eq!(Some(&Value::from(got.name.as_str())), expected.get(&original.name));
+        assert_eq!(got.title, original.title, "{}", original.name);
+        assert_eq!(got.description, original.description);
+        assert_eq!(got.input_schema, original.input_schema);
+        assert_eq!(got.output_schema, original.output_schema);
+        assert_eq!(got.annotations, original.annotations);
+    }
+    let manifest = turn.manifest().unwrap();
+    let init = &device_fixture["initialize"];
+    assert_eq!(manifest.instructions.as_deref(), init["instructions"].as_str());
+    assert_eq!(manifest.concept.as_ref(), Some(&init["_meta"]["tether.dev/concept"]));
+    assert_eq!(manifest.context.as_ref(), Some(&device_fixture["tools_list"]["_meta"]["tether.dev/context"]));
+    assert!(manifest.dropped.is_empty());
+
+    // A call goes back under the device's own name, arguments intact.
+    let args = json!({"template": "asset", "copies": 2, "fields": {"asset": "P-7"}});
+    let result = turn.call("client__print_label_v2", args.clone()).await.unwrap();
+    assert_eq!(result.structured_content, Some(json!({"tool": "print-label.v2", "arguments": args})));
+    let calls = dev.observed.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "print-label.v2");
+    assert_eq!(calls[0].arguments, args);
+    assert_eq!(calls[0].meta["tether.dev/deadline_ms"], json!(7000));
+
+    // sessions/list shows it with its principal.
+    let sessions = link.sessions(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(sessions.sessions.len(), 1);
+    assert_eq!(sessions.sessions[0].principal, "mira");
+    assert_eq!(sessions.sessions[0].tools, 10);
+}
+
+#[tokio::test]
+async fn is_error_results_and_device_errors_become_client_errors() {
+    let edge = LiveEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("confirm")])
+        .with("confirm", Behavior::Fail { code: "user_declined".into(), retryable: false });
+    let (_dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let err = turn.call("client__confirm", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ClientError);
+    assert_eq!(err.detail("code"), Some(&json!("user_declined")));
+    assert_eq!(err.detail("retryable"), Some(&json!(false)));
+    assert!(tether_core::for_model(&err).contains("do not retry"));
+
+    let err = turn.call("not_namespaced", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidName);
+    assert_eq!(link.counters().get("names_rejected"), 1);
+}
+
+async fn try_connect(url: &str, path_and_query: &str, bearer: Option<&str>) -> Result<(), u16> {
+    let mut req = format!("{url}{path_and_query}").into_client_request().unwrap();
+    if let Some(t) = bearer {
+        req.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {t}")).unwrap());
+    }
+    match tokio_tungstenite::connect_async(req).await {
+        Ok(_) => Ok(()),
+        Err(WsError::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("unexpected {e}"),
+    }
+}
+
+#[tokio::test]
+async fn every_bad_token_gets_401_and_no_session() {
+    let edge = LiveEdge::start().await;
+    let k = keys();
+    let other = tether_edge::auth::Keys::from_secret(b"some-other-secret-some-other-secret").unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = |exp: u64, nbf: u64, aud: &str| Claims { sub: "mira".into(), aud: aud.into(), exp, nbf, iat: now };
+    let good = k.issue("mira", "tether-client", Duration::from_secs(60)).unwrap();
+    let mut tampered: Vec<String> = good.split('.').map(str::to_owned).collect();
+    tampered[1] = tampered[1].chars().rev().collect();
+    let bad: Vec<(&str, Option<String>)> = vec![
+        ("missing", None),
+        ("garbage", Some("garbage".into())),
+        ("other key", Some(other.sign(&claims(now + 60, now, "tether-client")).unwrap())),
+        ("expired", Some(k.sign(&claims(now - 3600, now - 7200, "tether-client")).unwrap())),
+        ("not yet valid", Some(k.sign(&claims(now + 7200, now + 3600, "tether-client")).unwrap())),
+        ("wrong audience", Some(k.sign(&claims(now + 60, now, "tether-backend")).unwrap())),
+        ("tampered", Some(tampered.join("."))),
+    ];
+    for (name, token) in &bad {
+        assert_eq!(try_connect(&edge.url, "/v1/client", token.as_deref()).await, Err(401), "{name}");
+    }
+    // A backend token cannot open a device session, and a device token cannot open the backend link.
+    let backend = k.issue("agent", "tether-backend", Duration::from_secs(60)).unwrap();
+    assert_eq!(try_connect(&edge.url, "/v1/client", Some(&backend)).await, Err(401));
+    assert_eq!(try_connect(&edge.url, "/v1/backend", Some(&good)).await, Err(401));
+    assert_eq!(try_connect(&edge.url, "/v2/nope", Some(&good)).await, Err(404));
+    assert_eq!(edge.hub.session_count(), 0);
+    assert_eq!(edge.hub.counters.get("sessions_opened"), 0);
+    assert_eq!(edge.hub.counters.get("auth_refused"), bad.len() as u64 + 2);
+
+    // Browsers pass the token in the query string.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/v1/client?access_token={good}", edge.url)).await.unwrap();
+    let first = ws.next().await.unwrap().unwrap();
+    assert!(first.to_text().unwrap().contains("\"initialize\""));
+}
+
+async fn raw_device(edge: &LiveEdge) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let mut req = format!("{}/v1/client", edge.url).into_client_request().unwrap();
+    req.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {}", edge.client_token("mira"))).unwrap());
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+async fn close_code(ws: &mut (impl StreamExt<Item = Result<Message, WsError>> + Unpin)) -> Option<CloseCode> {
+    while let Some(msg) = ws.next().await {
+        match msg {
+            Ok(Message::Close(frame)) => return frame.map(|f| f.code),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_binary_frame_closes_with_1003() {
+    let edge = LiveEdge::start().await;
+    let mut ws = raw_device(&edge).await;
+    ws.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Unsupported));
+    wait_until(|| edge.hub.counters.get("binary_frames") == 1).await;
+}
+
+#[tokio::test]
+async fn a_frame_over_the_ceiling_closes_with_1009() {
+    let edge = LiveEdge::start().await;
+    let mut ws = raw_device(&edge).await;
+    let huge = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(16_000));
+    ws.send(Message::text(huge)).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Size));
+    wait_until(|| edge.hub.counters.get("oversized_frames") == 1).await;
+}
+
+#[tokio::test]
+async fn malformed_json_gets_a_structured_error_and_the_session_survives() {
+    let edge = LiveEdge::start().await;
+    let mut ws = raw_device(&edge).await;
+    let _initialize = ws.next().await.unwrap().unwrap();
+    ws.send(Message::text("{not json")).await.unwrap();
+    let reply: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(reply["error"]["code"], json!(-32700));
+    assert_eq!(reply["error"]["data"]["kind"], json!("parse_error"));
+    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#)).await.unwrap();
+    let pong: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(pong, json!({"jsonrpc":"2.0","id":"p","result":{}}));
+}
+
+#[tokio::test]
+async fn an_oversized_result_is_payload_too_large_never_truncated() {
+    let edge = LiveEdge::start().await;
+    let mut ws = raw_device(&edge).await;
+    // Hand-driven device: initialize, one tool, then an oversized answer.
+    let init: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
+    ws.send(Message::text(json!({"jsonrpc":"2.0","id":init["id"],"result":{"protocolVersion":"2025-11-25","serverInfo":{"name":"d"},"capabilities":{}}}).to_string())).await.unwrap();
+    let _initialized = ws.next().await.unwrap().unwrap();
+    let list: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    ws.send(Message::text(json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":[{"name":"dump","inputSchema":{"type":"object"}}],"_meta":{"tether.dev/seq":1}}}).to_string())).await.unwrap();
+    wait_until(|| edge.hub.session(&session).is_some()).await;
+
+    let link = edge.backend().await;
+    let call = tokio::spawn(async move {
+        let params = CallParams { session, name: "client__dump".into(), arguments: json!({}), meta: CallMeta::default() };
+        link.call(params, Duration::from_secs(12)).await
+    });
+    loop {
+        let frame: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+        if frame["method"] == json!("tools/call") {
+            let text = "y".repeat(13_000);
+            let answer = json!({"jsonrpc":"2.0","id":frame["id"],"result":{"content":[{"type":"text","text":text}]}});
+            ws.send(Message::text(answer.to_string())).await.unwrap();
+            break;
+        }
+    }
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge);
+    assert_eq!(err.detail("limit"), Some(&json!(12_288)));
+    assert_eq!(edge.hub.counters.get("results_too_large"), 1);
+}
+
+#[tokio::test]
+async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
+    let edge = LiveEdge::start().await;
+    let (mut dev, session) = edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let hub = edge.hub.clone();
+    let shutdown = edge.shutdown.clone();
+    let stopper = tokio::spawn(async move {
+        wait_until(|| hub.session(&session).is_some_and(|s| s.pending_calls() == 1)).await;
+        shutdown.cancel();
+    });
+    let started = tokio::time::Instant::now();
+    let err = turn.call("client__wait", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ChannelClosed, "{err:?}");
+    assert_eq!(err.detail("reason"), Some(&json!("shutdown")));
+    assert!(started.elapsed() < Duration::from_secs(5), "the caller must not wait out the leg");
+    stopper.await.unwrap();
+    dev.closed().await;
+    let mut edge = edge;
+    edge.task.take().unwrap().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_device_sees_1001_on_shutdown() {
+    let edge = LiveEdge::start().await;
+    let mut ws = raw_device(&edge).await;
+    let _initialize = ws.next().await.unwrap().unwrap();
+    edge.shutdown.cancel();
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Away));
+}
+
+#[test]
+fn tether_serve_prints_its_address_and_exits_0_on_sigterm() {
+    use std::io::BufRead;
+    let data = std::env::temp_dir().join(format!("tether-serve-{}", std::process::id()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env_remove("TETHER_JWT_SECRET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on ws://127.0.0.1:"), "{line}");
+    assert!(data.join("jwt-secret").exists(), "a secret was generated in the data dir");
+    let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let code = child.wait().unwrap();
+    assert!(code.success(), "exit {code:?}");
+    let _ = std::fs::remove_dir_all(&data);
+}
