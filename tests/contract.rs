@@ -73,7 +73,10 @@ fn error_kind_strings_and_codes_are_pinned() {
     }
     let protocol = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md")).unwrap();
     for (name, code) in pinned {
-        assert!(protocol.contains(&format!("`{name}`")) && protocol.contains(&code.to_string()), "docs miss {name}");
+        assert!(
+            protocol.contains(&format!("`{name}`")) && protocol.contains(&code.to_string()),
+            "docs miss {name}"
+        );
     }
 }
 
@@ -127,7 +130,9 @@ fn wire_field_names_are_pinned() {
         assert_eq!(serde_json::to_value(reason).unwrap(), Value::from(name));
         assert_eq!(reason.as_str(), name);
     }
-    let m: Manifest = serde_json::from_value(common::fixture("frames/backend/tools_list.response.json")["result"].clone()).unwrap();
+    let m: Manifest =
+        serde_json::from_value(common::fixture("frames/backend/tools_list.response.json")["result"].clone())
+            .unwrap();
     assert_eq!(m.seq, 4);
 }
 

@@ -27,7 +27,8 @@ use tether_harness::{Behavior, DeviceSpec};
 async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     let edge = LiveEdge::start().await;
     let device_fixture = fixture("declarations/fieldkit-device.json");
-    let declared: Vec<ToolDeclaration> = serde_json::from_value(device_fixture["tools_list"]["tools"].clone()).unwrap();
+    let declared: Vec<ToolDeclaration> =
+        serde_json::from_value(device_fixture["tools_list"]["tools"].clone()).unwrap();
     let expected = device_fixture["expected_namespaced"].as_object().unwrap().clone();
     let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
     let link = edge.backend().await;
@@ -104,7 +105,8 @@ async fn every_bad_token_gets_401_and_no_session() {
     let k = keys();
     let other = tether_edge::auth::Keys::from_secret(b"some-other-secret-some-other-secret").unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let claims = |exp: u64, nbf: u64, aud: &str| Claims { sub: "mira".into(), aud: aud.into(), exp, nbf, iat: now };
+    let claims =
+        |exp: u64, nbf: u64, aud: &str| Claims { sub: "mira".into(), aud: aud.into(), exp, nbf, iat: now };
     let good = k.issue("mira", "tether-client", Duration::from_secs(60)).unwrap();
     let mut tampered: Vec<String> = good.split('.').map(str::to_owned).collect();
     tampered[1] = tampered[1].chars().rev().collect();
@@ -130,14 +132,21 @@ async fn every_bad_token_gets_401_and_no_session() {
     assert_eq!(edge.hub.counters.get("auth_refused"), bad.len() as u64 + 2);
 
     // Browsers pass the token in the query string.
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/v1/client?access_token={good}", edge.url)).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/v1/client?access_token={good}", edge.url))
+        .await
+        .unwrap();
     let first = ws.next().await.unwrap().unwrap();
     assert!(first.to_text().unwrap().contains("\"initialize\""));
 }
 
-async fn raw_device(edge: &LiveEdge) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+async fn raw_device(
+    edge: &LiveEdge,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
     let mut req = format!("{}/v1/client", edge.url).into_client_request().unwrap();
-    req.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {}", edge.client_token("mira"))).unwrap());
+    req.headers_mut().insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {}", edge.client_token("mira"))).unwrap(),
+    );
     tokio_tungstenite::connect_async(req).await.unwrap().0
 }
 
@@ -165,7 +174,8 @@ async fn a_binary_frame_closes_with_1003() {
 async fn a_frame_over_the_ceiling_closes_with_1009() {
     let edge = LiveEdge::start().await;
     let mut ws = raw_device(&edge).await;
-    let huge = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(16_000));
+    let huge =
+        format!("{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(16_000));
     ws.send(Message::text(huge)).await.unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Size));
     wait_until(|| edge.hub.counters.get("oversized_frames") == 1).await;
@@ -200,14 +210,21 @@ async fn an_oversized_result_is_payload_too_large_never_truncated() {
 
     let link = edge.backend().await;
     let call = tokio::spawn(async move {
-        let params = CallParams { session, name: "client__dump".into(), arguments: json!({}), meta: CallMeta::default() };
+        let params = CallParams {
+            session,
+            name: "client__dump".into(),
+            arguments: json!({}),
+            meta: CallMeta::default(),
+        };
         link.call(params, Duration::from_secs(12)).await
     });
     loop {
-        let frame: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+        let frame: Value =
+            serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
         if frame["method"] == json!("tools/call") {
             let text = "y".repeat(13_000);
-            let answer = json!({"jsonrpc":"2.0","id":frame["id"],"result":{"content":[{"type":"text","text":text}]}});
+            let answer =
+                json!({"jsonrpc":"2.0","id":frame["id"],"result":{"content":[{"type":"text","text":text}]}});
             ws.send(Message::text(answer.to_string())).await.unwrap();
             break;
         }
@@ -221,7 +238,8 @@ async fn an_oversized_result_is_payload_too_large_never_truncated() {
 #[tokio::test]
 async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     let edge = LiveEdge::start().await;
-    let (mut dev, session) = edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
+    let (mut dev, session) =
+        edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
     let link = edge.backend().await;
     let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
     let hub = edge.hub.clone();
@@ -266,7 +284,8 @@ fn tether_serve_prints_its_address_and_exits_0_on_sigterm() {
     std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on ws://127.0.0.1:"), "{line}");
     assert!(data.join("jwt-secret").exists(), "a secret was generated in the data dir");
-    let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let code = child.wait().unwrap();
     assert!(code.success(), "exit {code:?}");

@@ -42,7 +42,10 @@ fn edge_and_core_never_depend_on_each_other() {
     assert!(!edge.iter().any(|d| d == "tether-core"), "edge depends on core: {edge:?}");
     assert!(!core.iter().any(|d| d == "tether-edge"), "core depends on edge: {core:?}");
     let harness = deps("harness");
-    assert!(!harness.iter().any(|d| d == "tether-edge" || d == "tether-core"), "harness must stay a foreign client");
+    assert!(
+        !harness.iter().any(|d| d == "tether-edge" || d == "tether-core"),
+        "harness must stay a foreign client"
+    );
 }
 
 #[test]
@@ -68,8 +71,18 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
 fn core_and_contract_name_no_client_domain() {
     // Words from the client fixtures' domains; add a client, add its nouns here.
     let domain = [
-        "fieldkit", "barcode", "technician", "work order", "work_order", "workorder", "inspection", "asset",
-        "camera", "printer", "screen", "mira",
+        "fieldkit",
+        "barcode",
+        "technician",
+        "work order",
+        "work_order",
+        "workorder",
+        "inspection",
+        "asset",
+        "camera",
+        "printer",
+        "screen",
+        "mira",
     ];
     let mut files = Vec::new();
     for krate in ["core", "contract"] {

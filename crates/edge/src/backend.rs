@@ -39,7 +39,8 @@ fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
             EdgeCounters::bump(&hub.counters.calls_channel_closed);
             WireError::channel_closed(&reason).with("session", id)
         }
-        None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}")).with("session", id),
+        None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}"))
+            .with("session", id),
     })
 }
 

@@ -441,21 +441,24 @@ impl Session {
     ///
     /// The first latch wins: a session already closed keeps its close code.
     pub fn close_with(&self, reason: &str, code: CloseCode, text: &'static str) {
-        if lock(&self.link).closed.is_some() {
-            return;
-        }
-        *lock(&self.close_code) = (code, text);
-        self.latch(reason);
+        self.latch_with(reason, Some((code, text)));
     }
 
     /// Latches the session closed: fail everything in flight, refuse the rest, tell the backends.
     pub fn latch(&self, reason: &str) {
+        self.latch_with(reason, None);
+    }
+
+    fn latch_with(&self, reason: &str, close: Option<(CloseCode, &'static str)>) {
         let drained = {
             let mut link = lock(&self.link);
             if link.closed.is_some() {
                 return;
             }
             link.closed = Some(reason.to_owned());
+            if let Some(close) = close {
+                *lock(&self.close_code) = close;
+            }
             std::mem::take(&mut link.pending)
         };
         let in_flight = drained.len();
@@ -620,8 +623,12 @@ pub async fn serve_client<S, W>(
     let reason = read_loop(&session, stream, &shutdown).await;
     match reason {
         "shutdown" => session.close_with(reason, CloseCode::Away, "edge shutting down"),
-        "protocol_error" => session.close_with(reason, CloseCode::Unsupported, "binary frames are not accepted"),
-        "frame_too_large" => session.close_with(reason, CloseCode::Size, "frame exceeds the transport ceiling"),
+        "protocol_error" => {
+            session.close_with(reason, CloseCode::Unsupported, "binary frames are not accepted")
+        }
+        "frame_too_large" => {
+            session.close_with(reason, CloseCode::Size, "frame exceeds the transport ceiling")
+        }
         other => session.latch(other),
     }
     let _ = lifecycle.await;
@@ -654,7 +661,7 @@ where
             }
             Some(Err(e)) => {
                 debug!(session = %session.id, error = %e, "device socket read failed");
-                return "transport_error";
+                return "connection_lost";
             }
         }
     }
