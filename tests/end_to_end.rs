@@ -130,13 +130,43 @@ async fn every_bad_token_gets_401_and_no_session() {
     assert_eq!(edge.hub.session_count(), 0);
     assert_eq!(edge.hub.counters.get("sessions_opened"), 0);
     assert_eq!(edge.hub.counters.get("auth_refused"), bad.len() as u64 + 2);
+}
 
-    // Browsers pass the token in the query string.
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/v1/client?access_token={good}", edge.url))
-        .await
+#[tokio::test]
+async fn browsers_pass_the_token_in_the_query_and_it_never_reaches_the_logs() {
+    let edge = LiveEdge::start().await;
+    let good = edge.client_token("mira");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let expired = keys()
+        .sign(&Claims {
+            sub: "mira".into(),
+            aud: "tether-client".into(),
+            exp: now - 3600,
+            nbf: now - 7200,
+            iat: now,
+        })
         .unwrap();
-    let first = ws.next().await.unwrap().unwrap();
-    assert!(first.to_text().unwrap().contains("\"initialize\""));
+    let ((), logs) = common::capture_logs(async {
+        assert_eq!(
+            try_connect(&edge.url, &format!("/v1/client?access_token={expired}"), None).await,
+            Err(401)
+        );
+        let url = format!("{}/v1/client?x=1&access_token={good}", edge.url);
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let first = ws.next().await.unwrap().unwrap();
+        assert!(first.to_text().unwrap().contains("\"initialize\""));
+        ws.close(None).await.unwrap();
+        wait_until(|| {
+            edge.hub.counters.get("sessions_latched") + edge.hub.counters.get("sessions_failed_init") >= 1
+        })
+        .await;
+    })
+    .await;
+    assert!(logs.contains("upgrade refused"), "the refusal is logged: {logs}");
+    for token in [&good, &expired] {
+        let signature = token.rsplit('.').next().unwrap();
+        assert!(!logs.contains(signature), "a credential leaked into the logs");
+    }
 }
 
 async fn raw_device(

@@ -325,3 +325,35 @@ async fn core_enforces_the_per_tool_budget_when_the_edge_is_silent() {
     assert_eq!(err.kind, ErrorKind::Timeout);
     assert_eq!(err.detail("leg"), Some(&json!("per_tool")));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_stamps_no_seq_gets_issue_order_stamps() {
+    let edge = DuplexEdge::new();
+    let mut spec = DeviceSpec::minimal(vec![tool("one")]);
+    spec.seq = None;
+    let (dev, session) = edge.device(spec).await;
+    let first = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!(first.seq, 1, "the first read is stamped 1");
+    dev.navigate(vec![tool("one"), tool("two")]).await;
+    wait_until(|| edge.hub.session(&session).unwrap().manifest().unwrap().seq == 2).await;
+    let second = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!(second.available(), ["client__one", "client__two"]);
+    assert_eq!(edge.hub.counters.get("swaps_accepted"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_honest_device_gives_up_at_its_own_2s_ceiling() {
+    let edge = DuplexEdge::new();
+    let spec = DeviceSpec::minimal(vec![tool("think")])
+        .with("think", Behavior::Answer { latency: Duration::from_secs(5) });
+    let (_dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let started = Instant::now();
+    let err = turn.call("client__think", json!({})).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(2), "the device's ceiling, well inside the edge's 7 s");
+    assert_eq!(err.kind, ErrorKind::ClientError);
+    assert_eq!(err.detail("code"), Some(&json!("device_timeout")));
+    assert_eq!(err.detail("retryable"), Some(&json!(true)));
+    assert_eq!(edge.hub.counters.get("call_timeouts"), 0);
+}

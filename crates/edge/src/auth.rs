@@ -164,16 +164,25 @@ impl Keys {
         getrandom::fill(&mut raw).map_err(|e| SecretError::Random(e.to_string()))?;
         let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::create_dir_all(data_dir).map_err(io)?;
+        // Write a private temp file, then hard-link it into place: the link is
+        // atomic and never overwrites, so a concurrent reader sees no half-written
+        // secret and two first starts agree on one secret.
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| SecretError::Random(e.to_string()))?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = data_dir.join(format!(".{SECRET_FILE}.{}.{nonce}", std::process::id()));
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
+        options.write(true).create(true).truncate(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(&path) {
-            Ok(mut file) => {
-                file.write_all(hex.as_bytes()).map_err(io)?;
-                Ok((Keys::from_secret(hex.as_bytes())?, SecretSource::Created(path)))
-            }
-            // Another process created it first: use theirs.
+        let tmp_io = |source| SecretError::Io { path: tmp.clone(), source };
+        let mut file = options.open(&tmp).map_err(tmp_io)?;
+        file.write_all(hex.as_bytes()).and_then(|()| file.sync_all()).map_err(tmp_io)?;
+        drop(file);
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok((Keys::from_secret(hex.as_bytes())?, SecretSource::Created(path))),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let secret = std::fs::read_to_string(&path).map_err(io)?;
                 Ok((Keys::from_secret(secret.trim().as_bytes())?, SecretSource::File(path)))

@@ -1,0 +1,119 @@
+//! The README walk-through, run with the real binary: serve, sim-device,
+//! sessions, call, token. Loopback only, every child killed on drop.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tether");
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tether(data: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("TETHER_JWT_SECRET").env("TETHER_DATA_DIR", data).env("RUST_LOG", "warn");
+    c
+}
+
+/// Spawns `args` and returns the first stdout line (within 30 s) and the process.
+fn spawn_until_line(data: &Path, args: &[&str]) -> (String, Proc) {
+    let mut child = tether(data).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).expect("no output line within 30 s");
+    (line.trim().to_owned(), Proc(child))
+}
+
+fn run(data: &Path, args: &[&str]) -> Output {
+    tether(data).args(args).output().unwrap()
+}
+
+fn data_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tether-cli-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn the_readme_walk_through_gets_a_call_through() {
+    let data = data_dir("walk");
+    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    let url = listening.strip_prefix("listening on ").unwrap().to_owned();
+    assert!(url.starts_with("ws://127.0.0.1:"), "{listening}");
+
+    let (session_line, _device) = spawn_until_line(&data, &["sim-device", "--edge", &url]);
+    let session = session_line.strip_prefix("session ").unwrap().to_owned();
+
+    let sessions = run(&data, &["sessions", "--edge", &url]);
+    let listed = String::from_utf8_lossy(&sessions.stdout);
+    assert!(sessions.status.success());
+    assert!(
+        listed.contains(&session) && listed.contains("principal=mira") && listed.contains("tools=10"),
+        "{listed}"
+    );
+
+    let call = run(
+        &data,
+        &[
+            "call",
+            "--edge",
+            &url,
+            "--session",
+            &session,
+            "--tool",
+            "client__scan_barcode",
+            "--args",
+            r#"{"symbologies":["qr"]}"#,
+        ],
+    );
+    assert!(call.status.success(), "{}", String::from_utf8_lossy(&call.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&call.stdout).unwrap();
+    assert_eq!(result["structuredContent"]["tool"], "scanBarcode", "the device got its own name");
+    assert_eq!(result["structuredContent"]["arguments"]["symbologies"][0], "qr");
+
+    let missing = run(&data, &["call", "--edge", &url, "--session", &session, "--tool", "client__nope"]);
+    assert!(!missing.status.success());
+    let err: serde_json::Value = serde_json::from_slice(&missing.stdout).unwrap();
+    assert_eq!(err["error"]["data"]["kind"], "tool_unavailable");
+    assert!(err["for_model"].as_str().unwrap().contains("client__scan_barcode"));
+
+    let bad_args =
+        run(&data, &["call", "--edge", &url, "--session", &session, "--tool", "client__x", "--args", "{"]);
+    assert!(!bad_args.status.success());
+    assert!(String::from_utf8_lossy(&bad_args.stderr).contains("--args is not valid JSON"));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn token_is_signed_with_the_same_secret_the_edge_uses() {
+    let data = data_dir("token");
+    let out = run(&data, &["token", "--sub", "mira", "--aud", "tether-client", "--ttl", "1h"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap();
+    let (keys, _) = tether_edge::auth::Keys::load(None, &data).unwrap();
+    let claims = keys.verify(token.trim(), "tether-client").unwrap();
+    assert_eq!(claims.sub, "mira");
+    assert!(claims.exp - claims.nbf == 3600);
+    let bad = run(&data, &["token", "--sub", "mira", "--aud", "everyone"]);
+    assert!(!bad.status.success());
+    let bad_ttl = run(&data, &["token", "--sub", "mira", "--aud", "tether-client", "--ttl", "soon"]);
+    assert!(!bad_ttl.status.success());
+    let _ = std::fs::remove_dir_all(&data);
+}
