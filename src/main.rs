@@ -125,26 +125,35 @@ fn init_tracing(default: &str) {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
-async fn shutdown_signal(token: CancellationToken) {
+/// SIGTERM drains (finish calls in flight, devices reconnect elsewhere);
+/// SIGINT, or a second signal, shuts down at once (calls in flight fail).
+async fn signals(drain: CancellationToken, shutdown: CancellationToken) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                token.cancel();
-                return;
-            }
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => shutdown.cancel(),
+            _ = term.recv() => {
+                eprintln!("tether: SIGTERM: draining (send again to stop at once)");
+                drain.cancel();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                shutdown.cancel();
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    token.cancel();
+    {
+        let _ = (drain, tokio::signal::ctrl_c().await);
+        shutdown.cancel();
+    }
 }
 
 fn print_error(err: &WireError) {
@@ -162,8 +171,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;
             let addr = edge.local_addr().map_err(|e| e.to_string())?;
             println!("listening on ws://{addr}");
-            let token = edge.shutdown_token();
-            tokio::spawn(shutdown_signal(token));
+            tokio::spawn(signals(edge.drain_token(), edge.shutdown_token()));
             edge.run().await;
             Ok(())
         }

@@ -128,8 +128,8 @@ async fn every_bad_token_gets_401_and_no_session() {
     assert_eq!(try_connect(&edge.url, "/v1/backend", Some(&good)).await, Err(401));
     assert_eq!(try_connect(&edge.url, "/v2/nope", Some(&good)).await, Err(404));
     assert_eq!(edge.hub.session_count(), 0);
-    assert_eq!(edge.hub.counters.get("sessions_opened"), 0);
-    assert_eq!(edge.hub.counters.get("auth_refused"), bad.len() as u64 + 2);
+    assert_eq!(edge.hub.counters().get("sessions_opened"), 0);
+    assert_eq!(edge.hub.counters().get("auth_refused"), bad.len() as u64 + 2);
 }
 
 #[tokio::test]
@@ -157,7 +157,7 @@ async fn browsers_pass_the_token_in_the_query_and_it_never_reaches_the_logs() {
         assert!(first.to_text().unwrap().contains("\"initialize\""));
         ws.close(None).await.unwrap();
         wait_until(|| {
-            edge.hub.counters.get("sessions_latched") + edge.hub.counters.get("sessions_failed_init") >= 1
+            edge.hub.counters().get("sessions_latched") + edge.hub.counters().get("sessions_failed_init") >= 1
         })
         .await;
     })
@@ -197,7 +197,7 @@ async fn a_binary_frame_closes_with_1003() {
     let mut ws = raw_device(&edge).await;
     ws.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Unsupported));
-    wait_until(|| edge.hub.counters.get("binary_frames") == 1).await;
+    wait_until(|| edge.hub.counters().get("binary_frames") == 1).await;
 }
 
 #[tokio::test]
@@ -208,7 +208,7 @@ async fn a_frame_over_the_ceiling_closes_with_1009() {
         format!("{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(16_000));
     ws.send(Message::text(huge)).await.unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Size));
-    wait_until(|| edge.hub.counters.get("oversized_frames") == 1).await;
+    wait_until(|| edge.hub.counters().get("oversized_frames") == 1).await;
 }
 
 #[tokio::test]
@@ -262,7 +262,7 @@ async fn an_oversized_result_is_payload_too_large_never_truncated() {
     let err = call.await.unwrap().unwrap_err();
     assert_eq!(err.kind, ErrorKind::PayloadTooLarge);
     assert_eq!(err.detail("limit"), Some(&json!(12_288)));
-    assert_eq!(edge.hub.counters.get("results_too_large"), 1);
+    assert_eq!(edge.hub.counters().get("results_too_large"), 1);
 }
 
 #[tokio::test]

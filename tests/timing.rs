@@ -45,7 +45,7 @@ async fn the_7s_leg_expires_before_the_12s_budget_and_the_device_is_told_to_canc
     let calls = dev.observed.calls();
     assert_eq!(cancels.len(), 1);
     assert_eq!(cancels[0]["requestId"], calls[0].id, "cancel names the call the device got");
-    assert_eq!(edge.hub.counters.get("call_timeouts"), 1);
+    assert_eq!(edge.hub.counters().get("call_timeouts"), 1);
     assert_eq!(link.counters().get("per_tool_timeouts"), 0, "the edge leg, not core's budget, fired");
 }
 
@@ -62,7 +62,7 @@ async fn an_answer_at_7_5s_is_logged_counted_and_dropped_with_exactly_one_outcom
         let outcome = turn.call("client__slow", json!({})).await;
         // Let the late answer arrive and be handled.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = edge.hub.counters.get("late_answers");
+        let after = edge.hub.counters().get("late_answers");
         (outcome, after)
     })
     .await;
@@ -71,7 +71,7 @@ async fn an_answer_at_7_5s_is_logged_counted_and_dropped_with_exactly_one_outcom
     assert!(logs.contains("late answer dropped") && logs.contains("tool=slow"), "{logs}");
     assert!(logs.contains("lateness_ms=500"), "lateness is measured from the deadline: {logs}");
     assert_eq!(link.counters().get("late_responses"), 0, "the backend never saw a second outcome");
-    assert_eq!(edge.hub.counters.get("calls_ok") + edge.hub.counters.get("calls_failed"), 1);
+    assert_eq!(edge.hub.counters().get("calls_ok") + edge.hub.counters().get("calls_failed"), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -122,7 +122,7 @@ async fn five_calls_in_flight_fail_at_once_when_the_socket_closes() {
     .await
     .unwrap();
     assert_eq!(note.session, session);
-    assert_eq!(edge.hub.counters.get("sessions_latched"), 1);
+    assert_eq!(edge.hub.counters().get("sessions_latched"), 1);
 }
 
 async fn next_json(
@@ -183,7 +183,7 @@ async fn two_rereads_arriving_out_of_order_keep_the_newer_seq() {
         let outcome = call_task.await.unwrap();
         // Now the stale answer to read X arrives.
         ws.send(list_result(&read_x["id"], 2, &["a", "b"])).await.unwrap();
-        wait_until(|| edge.hub.counters.get("swaps_rejected") == 1).await;
+        wait_until(|| edge.hub.counters().get("swaps_rejected") == 1).await;
         outcome
     })
     .await;
@@ -234,9 +234,9 @@ async fn a_call_that_moves_the_seq_rereads_and_one_that_does_not_never_does() {
     let link = edge.backend().await;
     let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
     turn.call("client__look", json!({})).await.unwrap();
-    assert_eq!(edge.hub.counters.get("rereads_after_call"), 0, "an unchanged seq costs no re-read");
+    assert_eq!(edge.hub.counters().get("rereads_after_call"), 0, "an unchanged seq costs no re-read");
     turn.call("client__go", json!({})).await.unwrap();
-    assert_eq!(edge.hub.counters.get("rereads_after_call"), 1);
+    assert_eq!(edge.hub.counters().get("rereads_after_call"), 1);
     assert_eq!(turn.manifest().unwrap().seq, 2);
     assert!(turn.tools().iter().any(|t| t.name == "client__new"), "the turn picked up the fresh manifest");
 }
@@ -257,7 +257,7 @@ async fn an_over_cap_manifest_drops_the_same_tools_every_run_each_logged() {
             (
                 manifest.dropped().to_vec(),
                 dev.observed.manifest_reports(),
-                edge.hub.counters.get("tools_dropped"),
+                edge.hub.counters().get("tools_dropped"),
             )
         })
         .await;
@@ -338,7 +338,7 @@ async fn a_device_that_stamps_no_seq_gets_issue_order_stamps() {
     wait_until(|| edge.hub.session(&session).unwrap().manifest().unwrap().seq == 2).await;
     let second = edge.hub.session(&session).unwrap().manifest().unwrap();
     assert_eq!(second.available(), ["client__one", "client__two"]);
-    assert_eq!(edge.hub.counters.get("swaps_accepted"), 2);
+    assert_eq!(edge.hub.counters().get("swaps_accepted"), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -355,5 +355,5 @@ async fn an_honest_device_gives_up_at_its_own_2s_ceiling() {
     assert_eq!(err.kind, ErrorKind::ClientError);
     assert_eq!(err.detail("code"), Some(&json!("device_timeout")));
     assert_eq!(err.detail("retryable"), Some(&json!(true)));
-    assert_eq!(edge.hub.counters.get("call_timeouts"), 0);
+    assert_eq!(edge.hub.counters().get("call_timeouts"), 0);
 }

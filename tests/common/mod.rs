@@ -46,6 +46,7 @@ pub struct LiveEdge {
     pub url: String,
     pub hub: Arc<Hub>,
     pub shutdown: CancellationToken,
+    pub drain: CancellationToken,
     pub task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -59,8 +60,9 @@ impl LiveEdge {
         let url = format!("ws://{}", edge.local_addr().unwrap());
         let hub = edge.hub();
         let shutdown = edge.shutdown_token();
+        let drain = edge.drain_token();
         let task = Some(tokio::spawn(edge.run()));
-        LiveEdge { url, hub, shutdown, task }
+        LiveEdge { url, hub, shutdown, drain, task }
     }
 
     pub fn client_token(&self, sub: &str) -> String {

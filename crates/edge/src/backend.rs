@@ -36,7 +36,7 @@ fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
     }
     Err(match hub.closed_reason(id) {
         Some(reason) => {
-            EdgeCounters::bump(&hub.counters.calls_channel_closed);
+            EdgeCounters::bump(&hub.counters().calls_channel_closed);
             WireError::channel_closed(&reason).with("session", id)
         }
         None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}"))
@@ -49,8 +49,11 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
 }
 
+/// Most requests one backend link may have in flight; past it requests get `overloaded`.
+pub const MAX_IN_FLIGHT: usize = 4096;
+
 /// Answers one backend request.
-pub async fn handle(hub: &Hub, method_name: &str, raw: Value) -> Result<Value, WireError> {
+pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Value, WireError> {
     match method_name {
         method::SESSIONS_LIST => {
             let sessions = hub
@@ -85,15 +88,29 @@ pub async fn handle(hub: &Hub, method_name: &str, raw: Value) -> Result<Value, W
         }
         method::TOOLS_CALL => {
             let p: CallParams = params(raw)?;
-            EdgeCounters::bump(&hub.counters.calls_started);
-            let outcome = match session(hub, &p.session) {
-                Ok(s) => s.call_tool(p).await,
-                Err(e) => Err(e),
+            EdgeCounters::bump(&hub.counters().calls_started);
+            let outcome = if hub.is_draining() {
+                EdgeCounters::bump(&hub.counters().calls_refused_draining);
+                Err(WireError::new(ErrorKind::Overloaded, "edge is draining; retry on another edge")
+                    .with("retry_after_ms", 1000))
+            } else {
+                let _in_flight = hub.call_guard();
+                match session(hub, &p.session) {
+                    Ok(s) => s.call_tool(p).await,
+                    Err(e) => Err(e),
+                }
             };
-            match &outcome {
-                Ok(_) => EdgeCounters::bump(&hub.counters.calls_ok),
-                Err(_) => EdgeCounters::bump(&hub.counters.calls_failed),
-            }
+            let outcome_label = match &outcome {
+                Ok(_) => {
+                    EdgeCounters::bump(&hub.counters().calls_ok);
+                    "ok"
+                }
+                Err(e) => {
+                    EdgeCounters::bump(&hub.counters().calls_failed);
+                    e.kind.as_str()
+                }
+            };
+            hub.metrics.calls.get_or_create(&[("outcome", outcome_label)]).inc();
             to_value(&outcome?)
         }
         other => {
@@ -124,6 +141,11 @@ pub async fn serve_backend<S, W>(
         tokio::select! {
             next = stream.next() => match next {
                 Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
+                    Ok(Frame::Request { id, .. }) if tracker.len() >= MAX_IN_FLIGHT => {
+                        EdgeCounters::bump(&hub.counters().backend_requests_refused);
+                        let err = WireError::new(ErrorKind::Overloaded, "too many requests in flight on this link");
+                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                    }
                     Ok(Frame::Request { id, method, params }) => {
                         let hub = Arc::clone(&hub);
                         let tx = tx.clone();
@@ -138,20 +160,23 @@ pub async fn serve_backend<S, W>(
                     }
                     Ok(_) => debug!(%principal, "backend notification or response ignored"),
                     Err(e) => {
-                        EdgeCounters::bump(&hub.counters.bad_frames);
+                        EdgeCounters::bump(&hub.counters().bad_frames);
                         let (id, err) = e.to_wire();
+                        hub.metrics.frame_refused(err.kind.as_str());
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
                     }
                 },
                 Some(Ok(Message::Binary(_))) => {
-                    EdgeCounters::bump(&hub.counters.binary_frames);
+                    EdgeCounters::bump(&hub.counters().binary_frames);
+                    hub.metrics.frame_refused("binary");
                     close = (CloseCode::Unsupported, "binary frames are not accepted");
                     break;
                 }
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
                 Some(Err(WsError::Capacity(_))) => {
-                    EdgeCounters::bump(&hub.counters.oversized_frames);
+                    EdgeCounters::bump(&hub.counters().oversized_frames);
+                    hub.metrics.frame_refused("oversized");
                     close = (CloseCode::Size, "frame exceeds the transport ceiling");
                     break;
                 }
@@ -163,11 +188,11 @@ pub async fn serve_backend<S, W>(
             event = events.recv() => match event {
                 Ok(event) => {
                     if tx.try_send(Outbound::Text(event.to_frame())).is_err() {
-                        EdgeCounters::bump(&hub.counters.outbound_full);
+                        EdgeCounters::bump(&hub.counters().outbound_full);
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    EdgeCounters::bump(&hub.counters.backend_events_lagged);
+                    EdgeCounters::bump(&hub.counters().backend_events_lagged);
                     warn!(%principal, lost = n, "backend fell behind; session events lost");
                 }
                 Err(broadcast::error::RecvError::Closed) => break,

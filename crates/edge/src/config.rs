@@ -35,6 +35,8 @@ pub struct EdgeConfig {
     pub outbound_queue: usize,
     /// Longest a drain waits for backends to receive their last answers.
     pub shutdown_grace: Duration,
+    /// Longest a drain waits for calls in flight (default: the per-tool budget).
+    pub drain_timeout: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -48,6 +50,7 @@ impl Default for EdgeConfig {
             handshake_timeout: Duration::from_secs(10),
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             shutdown_grace: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(12),
         }
     }
 }

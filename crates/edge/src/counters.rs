@@ -1,26 +1,42 @@
-//! Counters for every fallback and drop the edge takes.
+//! Metrics: a counter for every fallback and drop, plus labelled families and
+//! latency histograms, exported as Prometheus text at `/metrics`.
 //!
-//! Plain atomics so the hot path pays one relaxed add; issue #5 exports them
-//! as Prometheus metrics. Tests read [`EdgeCounters::get`] to prove a fallback
-//! actually ran.
+//! Built on `prometheus-client` with one registry per [`crate::Hub`], so two
+//! edges in one process (as in tests) never share numbers. Counters are plain
+//! atomics underneath: the hot path pays one relaxed add.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
 
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
-        /// Every counter the edge keeps; one field per fallback or drop.
+    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
+        /// Every fallback and drop the edge counts; exported as `tether_<name>_total`.
         #[derive(Debug, Default)]
         pub struct EdgeCounters {
-            $( $(#[$doc])* pub $name: AtomicU64, )*
+            $( $(#[doc = $doc])* pub $name: Counter, )*
         }
 
         impl EdgeCounters {
             /// All counters by name, for reports and tests.
             pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
                 let mut out = BTreeMap::new();
-                $( out.insert(stringify!($name), self.$name.load(Ordering::Relaxed)); )*
+                $( out.insert(stringify!($name), self.$name.get()); )*
                 out
+            }
+
+            fn register(&self, registry: &mut Registry) {
+                $( registry.register(stringify!($name), concat!($($doc),*).trim(), self.$name.clone()); )*
+            }
+
+            /// Every counter name with its help text, for docs and their test.
+            pub fn describe() -> Vec<(&'static str, &'static str)> {
+                vec![ $( (stringify!($name), concat!($($doc),*).trim()), )* ]
             }
         }
     };
@@ -35,11 +51,11 @@ counters! {
     sessions_failed_init,
     /// Upgrades refused for a bad or missing credential.
     auth_refused,
-    /// Upgrades refused for a wrong path or subprotocol.
+    /// Upgrades refused for a wrong path or subprotocol, or while draining.
     upgrade_refused,
     /// Upgrades that did not finish within the handshake deadline.
     handshake_timeouts,
-    /// Backend `tools/call` requests received.
+    /// Backend tools/call requests received.
     calls_started,
     /// Calls that ended with a device result.
     calls_ok,
@@ -47,13 +63,13 @@ counters! {
     calls_failed,
     /// Calls whose tool_call leg expired.
     call_timeouts,
-    /// `notifications/cancelled` sent to devices.
+    /// notifications/cancelled sent to devices.
     cancels_sent,
     /// Calls refused or failed because the session was closed.
     calls_channel_closed,
-    /// Answers that arrived after their call timed out.
+    /// Answers that arrived after their call timed out (logged, dropped).
     late_answers,
-    /// Responses for ids the edge never sent (or already forgot).
+    /// Responses for ids the edge never sent or already answered (logged, ignored).
     unknown_responses,
     /// Results refused for exceeding the result cap.
     results_too_large,
@@ -65,7 +81,7 @@ counters! {
     rereads_after_call,
     /// Catalog re-reads that failed or timed out (the old manifest stays).
     reread_failures,
-    /// `list_changed` notifications ignored because their seq was not newer.
+    /// list_changed notifications ignored because their seq was not newer.
     list_changed_stale,
     /// Tools dropped by the caps.
     tools_dropped,
@@ -81,12 +97,97 @@ counters! {
     outbound_full,
     /// Backend events lost because a backend read too slowly.
     backend_events_lagged,
+    /// Backend requests refused because the link had too many in flight.
+    backend_requests_refused,
+    /// Calls refused because the edge is draining.
+    calls_refused_draining,
+    /// Configuration errors survived by degrading (a section or profile fell back).
+    config_errors,
+    /// Devices that matched no valid client profile and got the default caps.
+    client_profile_fallbacks,
+}
+
+/// A one-label set, e.g. `[("kind", "timeout")]`.
+pub type Label = [(&'static str, &'static str); 1];
+
+/// Everything `/metrics` exports for one edge.
+#[derive(Debug)]
+pub struct EdgeMetrics {
+    /// Flat fallback and drop counters.
+    pub counters: EdgeCounters,
+    /// Calls by outcome (`ok` or an error kind).
+    pub calls: Family<Label, Counter>,
+    /// Manifest drops by reason.
+    pub drops: Family<Label, Counter>,
+    /// Upgrade refusals by reason.
+    pub auth_refusals: Family<Label, Counter>,
+    /// Bad frames by kind.
+    pub frames_refused: Family<Label, Counter>,
+    /// Latency per budget leg, in seconds.
+    pub leg_seconds: Family<Label, Histogram>,
+    /// Connected device sessions.
+    pub sessions: Gauge,
+    /// Backend calls in flight.
+    pub calls_in_flight: Gauge,
+    registry: Registry,
+}
+
+fn leg_histogram() -> Histogram {
+    // 0.5 ms … ~16 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Default for EdgeMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("tether");
+        let counters = EdgeCounters::default();
+        counters.register(&mut registry);
+        let m = EdgeMetrics {
+            counters,
+            calls: Family::default(),
+            drops: Family::default(),
+            auth_refusals: Family::default(),
+            frames_refused: Family::default(),
+            leg_seconds: Family::new_with_constructor(leg_histogram as fn() -> Histogram),
+            sessions: Gauge::default(),
+            calls_in_flight: Gauge::default(),
+            registry,
+        };
+        let mut registry = m.registry;
+        registry.register(
+            "calls_by_outcome",
+            "Backend calls by outcome: ok or the error kind",
+            m.calls.clone(),
+        );
+        registry.register("manifest_drops", "Tools dropped from manifests, by reason", m.drops.clone());
+        registry.register("auth_refusals", "Upgrades refused, by reason", m.auth_refusals.clone());
+        registry.register("frames_refused", "Frames refused from peers, by kind", m.frames_refused.clone());
+        registry.register("leg_seconds", "Latency of each budget leg, in seconds", m.leg_seconds.clone());
+        registry.register("sessions", "Connected device sessions", m.sessions.clone());
+        registry.register("calls_in_flight", "Backend calls in flight", m.calls_in_flight.clone());
+        EdgeMetrics { registry, ..m }
+    }
+}
+
+impl EdgeMetrics {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Counts one refused frame of `kind`.
+    pub fn frame_refused(&self, kind: &'static str) {
+        self.frames_refused.get_or_create(&[("kind", kind)]).inc();
+    }
 }
 
 impl EdgeCounters {
     /// Adds one to a counter.
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn bump(counter: &Counter) {
+        counter.inc();
     }
 
     /// Reads one counter by name; 0 for an unknown name.

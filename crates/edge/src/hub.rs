@@ -4,16 +4,17 @@
 //! the same questions for sessions held by other edges.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use serde_json::Value;
 use tether_contract::backend::{method, ListChanged, SessionClosed};
 use tether_contract::jsonrpc;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 
 use crate::config::EdgeConfig;
-use crate::counters::EdgeCounters;
+use crate::counters::{EdgeCounters, EdgeMetrics};
 use crate::session::Session;
 
 /// Bound of the backend event fan-out; a slower backend loses events (counted).
@@ -53,10 +54,13 @@ impl BackendEvent {
 pub struct Hub {
     /// Resolved configuration.
     pub config: EdgeConfig,
-    /// Every fallback and drop, counted.
-    pub counters: EdgeCounters,
+    /// Every fallback and drop, counted, plus families and histograms.
+    pub metrics: EdgeMetrics,
     sessions: DashMap<String, Arc<Session>>,
     closed: Mutex<Tombstones>,
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+    idle: Notify,
     events: broadcast::Sender<BackendEvent>,
 }
 
@@ -66,11 +70,19 @@ impl Hub {
         let (events, _) = broadcast::channel(EVENT_QUEUE);
         Arc::new(Hub {
             config,
-            counters: EdgeCounters::default(),
+            metrics: EdgeMetrics::default(),
             sessions: DashMap::new(),
             closed: Mutex::default(),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle: Notify::new(),
             events,
         })
+    }
+
+    /// The flat fallback counters.
+    pub fn counters(&self) -> &EdgeCounters {
+        &self.metrics.counters
     }
 
     /// Looks up a connected session.
@@ -92,15 +104,54 @@ impl Hub {
 
     pub(crate) fn insert(&self, session: Arc<Session>) {
         self.sessions.insert(session.id.clone(), session);
+        self.metrics.sessions.set(i64::try_from(self.sessions.len()).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn remove(&self, id: &str) {
         self.sessions.remove(id);
+        self.metrics.sessions.set(i64::try_from(self.sessions.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Whether the edge is draining: not ready, refusing new work, finishing calls in flight.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Backend calls in flight right now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Marks one backend call in flight until the guard drops.
+    pub(crate) fn call_guard(self: &Arc<Self>) -> CallGuard {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.metrics.calls_in_flight.inc();
+        CallGuard { hub: Arc::clone(self) }
+    }
+
+    /// Waits until no backend call is in flight, or `deadline`; true when idle.
+    pub async fn wait_idle(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.calls_in_flight() == 0 {
+                return true;
+            }
+            tokio::select! {
+                _ = &mut idle => {}
+                _ = tokio::time::sleep_until(deadline) => return self.calls_in_flight() == 0,
+            }
+        }
     }
 
     /// Removes a latched session and remembers why it closed.
     pub(crate) fn remove_closed(&self, id: &str, reason: &str) {
-        self.sessions.remove(id);
+        self.remove(id);
         let mut t = match self.closed.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -130,5 +181,20 @@ impl Hub {
     pub(crate) fn publish(&self, event: BackendEvent) {
         // No subscribers is normal (no backend connected yet).
         let _ = self.events.send(event);
+    }
+}
+
+/// One backend call in flight; dropping it lets a drain see the edge go idle.
+#[derive(Debug)]
+pub(crate) struct CallGuard {
+    hub: Arc<Hub>,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.hub.metrics.calls_in_flight.dec();
+        if self.hub.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.hub.idle.notify_waiters();
+        }
     }
 }

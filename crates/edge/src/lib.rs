@@ -7,12 +7,13 @@
 //! - [`session`] — one device session: pending calls, the closed latch, catalog reads.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
 //! - [`hub`] — the in-process router: connected sessions and backend events.
+//! - [`http`] — `/healthz`, `/readyz` and `/metrics` on the same port.
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
 //! - [`caps`] — the caps applied to a declared catalog (pure).
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
 //! - [`auth`] — JWT verification and the signing secret.
 //! - [`config`] — embedded defaults, checked once.
-//! - [`counters`] — a counter for every fallback and drop.
+//! - [`counters`] — metrics: a counter for every fallback and drop, families, histograms.
 //! - [`ws`] — socket settings and the writer loop.
 //!
 //! Architecture invariant: the edge never depends on `tether-core`; both
@@ -23,6 +24,7 @@ pub mod backend;
 pub mod caps;
 pub mod config;
 pub mod counters;
+pub mod http;
 pub mod hub;
 pub mod manifest;
 pub mod names;

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -55,6 +56,7 @@ pub struct Edge {
     keys: Keys,
     listener: TcpListener,
     shutdown: CancellationToken,
+    drain: CancellationToken,
 }
 
 impl Edge {
@@ -71,7 +73,13 @@ impl Edge {
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| EdgeError::Bind { addr: config.listen, source })?;
-        Ok(Edge { hub: Hub::new(config), keys, listener, shutdown: CancellationToken::new() })
+        Ok(Edge {
+            hub: Hub::new(config),
+            keys,
+            listener,
+            shutdown: CancellationToken::new(),
+            drain: CancellationToken::new(),
+        })
     }
 
     /// The bound address (useful with port 0).
@@ -94,14 +102,27 @@ impl Edge {
         &self.keys
     }
 
-    /// Accepts connections until the shutdown token fires, then drains.
+    /// Cancel this to drain: `/readyz` turns false, new sessions and calls are
+    /// refused, calls in flight finish within their budgets, devices are told to
+    /// reconnect elsewhere (1012), then the edge shuts down.
+    pub fn drain_token(&self) -> CancellationToken {
+        self.drain.clone()
+    }
+
+    /// Accepts connections until shutdown, draining first when asked to.
     pub async fn run(self) {
         let tracker = TaskTracker::new();
         let keys = Arc::new(self.keys);
+        let mut draining = false;
         loop {
             let accepted = tokio::select! {
                 accepted = self.listener.accept() => accepted,
                 _ = self.shutdown.cancelled() => break,
+                _ = self.drain.cancelled(), if !draining => {
+                    draining = true;
+                    tokio::spawn(drain(Arc::clone(&self.hub), self.shutdown.clone()));
+                    continue;
+                }
             };
             match accepted {
                 Ok((stream, peer)) => {
@@ -128,6 +149,27 @@ impl Edge {
 /// An HTTP refusal before the upgrade: status and a one-line body.
 type Refusal = (StatusCode, String);
 
+/// Finishes calls in flight (bounded by the drain timeout), tells devices to
+/// reconnect elsewhere, then triggers shutdown.
+async fn drain(hub: Arc<Hub>, shutdown: CancellationToken) {
+    hub.start_draining();
+    let in_flight = hub.calls_in_flight();
+    info!(
+        sessions = hub.session_count(),
+        in_flight, "draining: not ready, refusing new work, finishing calls in flight"
+    );
+    let deadline = tokio::time::Instant::now() + hub.config.drain_timeout;
+    if hub.wait_idle(deadline).await {
+        info!("drain: no calls in flight");
+    } else {
+        warn!(in_flight = hub.calls_in_flight(), "drain timeout reached with calls still in flight");
+    }
+    for session in hub.sessions() {
+        session.close_with("drain", CloseCode::Restart, "edge draining; reconnect elsewhere");
+    }
+    shutdown.cancel();
+}
+
 fn refuse(status: StatusCode, body: String) -> Refusal {
     (status, body)
 }
@@ -146,13 +188,17 @@ fn bearer(req: &Request) -> Option<String> {
 }
 
 /// Decides an upgrade: which link, whose credential, and the response headers.
-fn upgrade(
-    req: &Request,
-    mut resp: Response,
-    keys: &Keys,
-    counters: &EdgeCounters,
-) -> Result<(Response, Route), Refusal> {
+fn upgrade(req: &Request, mut resp: Response, keys: &Keys, hub: &Hub) -> Result<(Response, Route), Refusal> {
+    let metrics = &hub.metrics;
+    let counters = &metrics.counters;
     let path = req.uri().path();
+    if hub.is_draining() {
+        EdgeCounters::bump(&counters.upgrade_refused);
+        return Err(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "edge is draining; connect to another edge".into(),
+        ));
+    }
     let audience = match path {
         CLIENT_PATH => AUD_CLIENT,
         BACKEND_PATH => AUD_BACKEND,
@@ -184,6 +230,7 @@ fn upgrade(
         }
         Err(reason) => {
             EdgeCounters::bump(&counters.auth_refused);
+            metrics.auth_refusals.get_or_create(&[("reason", reason.as_str())]).inc();
             info!(path, reason = reason.as_str(), "upgrade refused: unauthenticated");
             Err(refuse(StatusCode::UNAUTHORIZED, format!("unauthenticated: {reason}")))
         }
@@ -193,16 +240,44 @@ fn upgrade(
 // The upgrade callback's error type is fixed by tungstenite's `Callback` trait.
 #[allow(clippy::result_large_err)]
 async fn connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     hub: Arc<Hub>,
     keys: Arc<Keys>,
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let head = tokio::select! {
+        r = tokio::time::timeout(hub.config.handshake_timeout, crate::http::read_head(&mut stream)) => r,
+        _ = shutdown.cancelled() => return,
+    };
+    let head = match head {
+        Ok(Ok(head)) => head,
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "connection failed before its request head");
+            return;
+        }
+        Err(_) => {
+            EdgeCounters::bump(&hub.counters().handshake_timeouts);
+            debug!(%peer, "request head did not arrive within the handshake deadline");
+            return;
+        }
+    };
+    if let Some(probe) = crate::http::probe_of(&head) {
+        if let Err(e) = crate::http::answer(&mut stream, probe, &hub).await {
+            debug!(%peer, error = %e, "probe answer failed");
+        }
+        return;
+    }
+    if !crate::http::is_upgrade(&head) {
+        EdgeCounters::bump(&hub.counters().upgrade_refused);
+        let _ = crate::http::not_found(&mut stream).await;
+        return;
+    }
+    let stream = crate::http::Rewind::new(head, stream);
     let mut route = None;
     let callback = |req: &Request, resp: Response| {
-        let (resp, decided) = upgrade(req, resp, &keys, &hub.counters).map_err(error_response)?;
+        let (resp, decided) = upgrade(req, resp, &keys, &hub).map_err(error_response)?;
         route = Some(decided);
         Ok(resp)
     };
@@ -219,7 +294,7 @@ async fn connection(
             return;
         }
         Err(_) => {
-            EdgeCounters::bump(&hub.counters.handshake_timeouts);
+            EdgeCounters::bump(&hub.counters().handshake_timeouts);
             debug!(%peer, "upgrade did not finish within the handshake deadline");
             return;
         }

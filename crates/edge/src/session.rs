@@ -133,8 +133,16 @@ impl Session {
         }
     }
 
+    fn observe_leg(&self, leg: Leg, started: Instant) {
+        self.hub
+            .metrics
+            .leg_seconds
+            .get_or_create(&[("leg", leg.as_str())])
+            .observe(started.elapsed().as_secs_f64());
+    }
+
     fn counters(&self) -> &EdgeCounters {
-        &self.hub.counters
+        self.hub.counters()
     }
 
     /// The applied manifest, once the first catalog read has landed.
@@ -270,6 +278,7 @@ impl Session {
         let device_params = json!({"name": original, "arguments": params.arguments, "_meta": call_meta});
         let started = Instant::now();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
+        self.observe_leg(Leg::ToolCall, started);
         let (value, bytes) = match outcome {
             Ok(ok) => ok,
             Err(RequestError::Timeout { id }) => {
@@ -331,7 +340,8 @@ impl Session {
     pub async fn read_catalog(&self, budget: Duration) -> Result<Swap, WireError> {
         let caps = self.hub.config.caps;
         let stamp = self.read_stamp.fetch_add(1, Ordering::Relaxed) + 1;
-        let deadline = Instant::now() + budget;
+        let read_started = Instant::now();
+        let deadline = read_started + budget;
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seq = None;
@@ -371,6 +381,7 @@ impl Session {
                 None => break,
             }
         }
+        self.observe_leg(Leg::Reread, read_started);
         let seq = seq.unwrap_or(stamp);
         let mut intake = caps::intake(tools, &caps);
         if paged_out {
@@ -378,6 +389,7 @@ impl Session {
         }
         for drop in &intake.dropped {
             EdgeCounters::bump(&self.counters().tools_dropped);
+            self.hub.metrics.drops.get_or_create(&[("reason", drop.reason.as_str())]).inc();
             warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), "tool dropped from manifest");
         }
         for _ in 0..intake.descriptions_truncated {
@@ -503,6 +515,7 @@ impl Session {
                 EdgeCounters::bump(&self.counters().bad_frames);
                 debug!(session = %self.id, error = %e, "bad frame from device");
                 let (id, err) = e.to_wire();
+                self.hub.metrics.frame_refused(err.kind.as_str());
                 if self.outbound.try_send(Outbound::Text(jsonrpc::error_response(&id, &err))).is_err() {
                     EdgeCounters::bump(&self.counters().outbound_full);
                 }
@@ -650,12 +663,14 @@ where
             Some(Ok(Message::Text(text))) => session.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => {
                 EdgeCounters::bump(&session.counters().binary_frames);
+                session.hub.metrics.frame_refused("binary");
                 warn!(session = %session.id, "binary frame from device; closing with 1003");
                 return "protocol_error";
             }
             Some(Ok(_)) => {}
             Some(Err(WsError::Capacity(e))) => {
                 EdgeCounters::bump(&session.counters().oversized_frames);
+                session.hub.metrics.frame_refused("oversized");
                 warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
                 return "frame_too_large";
             }

@@ -1,0 +1,152 @@
+//! Running it in production: probes, metrics, drain (issue #5).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+
+use common::{wait_until, LiveEdge};
+use tether_contract::{Budgets, ErrorKind};
+use tether_core::Turn;
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec};
+
+/// One plain HTTP GET on loopback; returns (status code, body).
+pub async fn http_get(url: &str, path: &str) -> (u16, String) {
+    let addr = url.trim_start_matches("ws://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// Reads one metric sample (`name{labels} value`) from an exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_share_the_websocket_port() {
+    let edge = LiveEdge::start().await;
+    assert_eq!(http_get(&edge.url, "/healthz").await, (200, "ok\n".into()));
+    assert_eq!(http_get(&edge.url, "/readyz").await, (200, "ready\n".into()));
+    assert_eq!(http_get(&edge.url, "/nothing-here").await.0, 404);
+
+    let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("ping")])).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    turn.call("client__ping", json!({})).await.unwrap();
+    turn.call("client__missing", json!({})).await.unwrap_err();
+
+    let (status, text) = http_get(&edge.url, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(sample(&text, "tether_sessions "), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "tether_calls_by_outcome_total{outcome=\"ok\"} "), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "tether_calls_by_outcome_total{outcome=\"tool_unavailable\"} "), Some(1.0));
+    assert_eq!(sample(&text, "tether_swaps_accepted_total "), Some(1.0));
+    assert_eq!(sample(&text, "tether_leg_seconds_count{leg=\"tool_call\"} "), Some(1.0));
+    assert!(
+        text.contains("# HELP tether_late_answers Answers that arrived after their call timed out"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("# EOF"));
+}
+
+#[tokio::test]
+async fn a_drain_loses_no_call_in_flight() {
+    let edge = LiveEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("slow"), tool("fast")])
+        .with("slow", Behavior::Answer { latency: Duration::from_millis(300) });
+    let (dev, session) = edge.device(spec).await;
+    let link = std::sync::Arc::new(edge.backend().await);
+
+    let in_flight = {
+        let link = link.clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            turn.call("client__slow", json!({})).await
+        })
+    };
+    wait_until(|| edge.hub.calls_in_flight() == 1).await;
+    let drain = {
+        // The edge under test was started by LiveEdge; drain it through its hub's edge token.
+        edge.drain.clone()
+    };
+    drain.cancel();
+    wait_until(|| edge.hub.is_draining()).await;
+    assert_eq!(http_get(&edge.url, "/readyz").await.0, 503, "not ready while draining");
+
+    // New work is refused with a sentence; new sessions too.
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let refused = turn.call("client__fast", json!({})).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::Overloaded);
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+        "{}/v1/client",
+        edge.url
+    ))
+    .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {}", edge.client_token("mira")).parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
+        other => panic!("upgrade during drain: {:?}", other.map(|_| ())),
+    }
+
+    // The call in flight finishes with its real result.
+    let result = in_flight.await.unwrap().unwrap();
+    assert_eq!(result.structured_content.unwrap()["tool"], "slow");
+    assert_eq!(dev.observed.calls().iter().filter(|c| c.name == "slow").count(), 1);
+    assert_eq!(edge.hub.counters().get("calls_refused_draining"), 1);
+}
+
+#[tokio::test]
+async fn a_drained_device_is_told_to_reconnect_elsewhere_with_1012() {
+    let edge = LiveEdge::start().await;
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+        "{}/v1/client",
+        edge.url
+    ))
+    .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {}", edge.client_token("mira")).parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    // Play a minimal device by hand so the session is ready.
+    use futures::SinkExt;
+    let init: serde_json::Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    ws.send(Message::text(
+        json!({"jsonrpc":"2.0","id":init["id"],"result":{"serverInfo":{"name":"d"}}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let _initialized = ws.next().await.unwrap().unwrap();
+    let list: serde_json::Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    ws.send(Message::text(json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":[]}}).to_string()))
+        .await
+        .unwrap();
+    wait_until(|| edge.hub.session_count() == 1).await;
+
+    edge.drain.cancel();
+    let code = loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(f))) => break f.map(|f| f.code),
+            Some(Ok(_)) => continue,
+            _ => break None,
+        }
+    };
+    assert_eq!(code, Some(CloseCode::Restart));
+    let mut edge = edge;
+    tokio::time::timeout(Duration::from_secs(10), edge.task.take().unwrap()).await.unwrap().unwrap();
+}
