@@ -4,6 +4,7 @@
 //! edge's secret; `tether sim-device` connects a simulated device;
 //! `tether call` and `tether sessions` drive the backend link from a shell.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tether_contract::{Budgets, AUD_BACKEND};
 use tether_core::{for_model, BackendLink, Turn, WireError};
 use tether_edge::auth::Keys;
-use tether_edge::config::{default_data_dir, EdgeConfig, DEFAULT_LISTEN};
+use tether_edge::config::default_data_dir;
+use tether_edge::settings::{self, Flags, LogFormat, Resolved};
 use tether_edge::Edge;
 use tether_harness::{DeviceSpec, SimDevice};
 
@@ -30,12 +32,23 @@ struct Cli {
 enum Command {
     /// Run the edge worker (defaults: 127.0.0.1:7878, no config needed).
     Serve {
-        /// Address to listen on; port 0 picks a free port.
-        #[arg(long, default_value = DEFAULT_LISTEN)]
-        listen: std::net::SocketAddr,
+        /// TOML configuration file (also TETHER_CONFIG).
+        #[arg(long, env = "TETHER_CONFIG")]
+        config: Option<PathBuf>,
+        /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:7878].
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
         /// Where the generated JWT secret lives (default: $TETHER_DATA_DIR or ~/.local/share/tether).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Log format: pretty or json.
+        #[arg(long)]
+        log_format: Option<LogFormat>,
+    },
+    /// Check a configuration file: print the resolved configuration, or every error with its location.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
     },
     /// Print a token signed with the edge's secret.
     Token {
@@ -96,6 +109,15 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Resolve FILE (with the environment) and report.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 =
@@ -119,10 +141,28 @@ fn keys(data_dir: Option<PathBuf>) -> Result<Keys, String> {
 }
 
 /// The edge logs at info by default; the client commands only warn, so their stdout stays readable.
-fn init_tracing(default: &str) {
+fn init_tracing(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // log_internal_errors(false): its fallback is eprintln!, which panics when
+    // stderr is a closed pipe and would take the signal or drain task with it.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+fn read_config(path: Option<&PathBuf>, flags: &Flags) -> Result<Resolved, String> {
+    let text = match path {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("config {}: {e}", p.display()))?),
+        None => None,
+    };
+    let file = path.zip(text.as_deref()).map(|(p, t)| (p.as_path(), t));
+    Ok(settings::resolve(file, |k| std::env::var(k).ok(), flags))
 }
 
 /// SIGTERM drains (finish calls in flight, devices reconnect elsewhere);
@@ -139,7 +179,8 @@ async fn signals(drain: CancellationToken, shutdown: CancellationToken) {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => shutdown.cancel(),
             _ = term.recv() => {
-                eprintln!("tether: SIGTERM: draining (send again to stop at once)");
+                // Not eprintln!: a closed stderr must never kill the drain.
+                tracing::info!("SIGTERM: draining (send it again to stop at once)");
                 drain.cancel();
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
@@ -163,17 +204,42 @@ fn print_error(err: &WireError) {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { listen, data_dir } => {
-            let mut config = EdgeConfig { listen, ..EdgeConfig::default() };
-            if let Some(dir) = data_dir {
-                config.data_dir = dir;
+        Command::Serve { config, listen, data_dir, log_format } => {
+            let flags = Flags { listen, data_dir, log_format };
+            let resolved = read_config(config.as_ref(), &flags)?;
+            init_tracing("info", resolved.log_format);
+            for issue in &resolved.issues {
+                if issue.fatal {
+                    tracing::error!(location = %issue.location, "{}", issue.message);
+                } else {
+                    tracing::warn!(location = %issue.location, "configuration degraded: {}", issue.message);
+                }
             }
-            let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;
+            if resolved.is_fatal() {
+                return Err("configuration cannot start the edge (see the errors above)".into());
+            }
+            let degraded = resolved.issues.len() as u64;
+            let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
+            edge.hub().counters().config_errors.inc_by(degraded);
             let addr = edge.local_addr().map_err(|e| e.to_string())?;
-            println!("listening on ws://{addr}");
+            // A closed stdout must not stop the edge; the line is for whoever is reading.
+            let _ = writeln!(std::io::stdout(), "listening on ws://{addr}")
+                .and_then(|()| std::io::stdout().flush());
             tokio::spawn(signals(edge.drain_token(), edge.shutdown_token()));
             edge.run().await;
             Ok(())
+        }
+        Command::Config { action: ConfigAction::Check { file } } => {
+            let resolved = read_config(Some(&file), &Flags::default())?;
+            if resolved.issues.is_empty() {
+                print!("{}", resolved.to_toml());
+                return Ok(());
+            }
+            for issue in &resolved.issues {
+                let what = if issue.fatal { "error" } else { "degraded" };
+                println!("{}: {what}: {}", issue.location, issue.message);
+            }
+            Err(format!("{} problem(s) in {}", resolved.issues.len(), file.display()))
         }
         Command::Token { sub, aud, ttl, data_dir } => {
             if aud != tether_contract::AUD_CLIENT && aud != AUD_BACKEND {
@@ -261,7 +327,10 @@ async fn run(cli: Cli) -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" });
+    // `serve` sets up logging itself once it knows the configured format.
+    if !matches!(cli.command, Command::Serve { .. }) {
+        init_tracing("warn", LogFormat::Pretty);
+    }
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

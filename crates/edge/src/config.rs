@@ -37,6 +37,10 @@ pub struct EdgeConfig {
     pub shutdown_grace: Duration,
     /// Longest a drain waits for calls in flight (default: the per-tool budget).
     pub drain_timeout: Duration,
+    /// Per-client profiles, matched by the device's `serverInfo.name`.
+    pub client_profiles: Vec<crate::settings::ClientProfile>,
+    /// Profiles that failed to resolve; their devices fall back to the default caps.
+    pub broken_profiles: Vec<crate::settings::BrokenProfile>,
 }
 
 impl Default for EdgeConfig {
@@ -51,6 +55,8 @@ impl Default for EdgeConfig {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             shutdown_grace: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(12),
+            client_profiles: Vec::new(),
+            broken_profiles: Vec::new(),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
 //! - [`auth`] — JWT verification and the signing secret.
 //! - [`config`] — embedded defaults, checked once.
+//! - [`settings`] — the TOML file, environment and flags, resolved with degradation.
 //! - [`counters`] — metrics: a counter for every fallback and drop, families, histograms.
 //! - [`ws`] — socket settings and the writer loop.
 //!
@@ -30,6 +31,7 @@ pub mod manifest;
 pub mod names;
 pub mod server;
 pub mod session;
+pub mod settings;
 pub mod ws;
 
 pub use config::EdgeConfig;

@@ -26,7 +26,7 @@ use tether_contract::backend::{
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp::{self, meta, method, CallToolResult, InitializeResult, ListToolsResult};
-use tether_contract::{Leg, MCP_PROTOCOL_VERSION};
+use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
 
 use crate::caps;
 use crate::counters::EdgeCounters;
@@ -102,6 +102,7 @@ pub struct Session {
     refresh: Notify,
     closed: CancellationToken,
     close_code: Mutex<(CloseCode, &'static str)>,
+    caps: RwLock<Caps>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,7 +121,6 @@ impl Session {
         Session {
             id: uuid::Uuid::new_v4().to_string(),
             principal,
-            hub,
             identity: RwLock::default(),
             outbound,
             link: Mutex::default(),
@@ -130,6 +130,8 @@ impl Session {
             refresh: Notify::new(),
             closed: CancellationToken::new(),
             close_code: Mutex::new((CloseCode::Normal, "session closed")),
+            caps: RwLock::new(hub.config.caps),
+            hub,
         }
     }
 
@@ -139,6 +141,28 @@ impl Session {
             .leg_seconds
             .get_or_create(&[("leg", leg.as_str())])
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The caps this session runs under (its client profile's, or the edge's).
+    pub fn caps(&self) -> Caps {
+        self.caps.read().map(|c| *c).unwrap_or(self.hub.config.caps)
+    }
+
+    /// Picks the client profile matching the device's `serverInfo.name`.
+    fn apply_client_profile(&self, server_name: Option<&str>) {
+        let Some(server_name) = server_name else { return };
+        let config = &self.hub.config;
+        if let Some(profile) = config.client_profiles.iter().find(|p| p.server_name == server_name) {
+            if let Ok(mut caps) = self.caps.write() {
+                *caps = profile.caps;
+            }
+            debug!(session = %self.id, profile = %profile.name, "client profile applied");
+        } else if let Some(broken) =
+            config.broken_profiles.iter().find(|p| p.server_name.as_deref() == Some(server_name))
+        {
+            EdgeCounters::bump(&self.counters().client_profile_fallbacks);
+            warn!(session = %self.id, profile = %broken.name, "client profile is invalid; this device gets the default caps");
+        }
     }
 
     fn counters(&self) -> &EdgeCounters {
@@ -248,7 +272,7 @@ impl Session {
     /// Runs one backend `tools/call` against the device.
     pub async fn call_tool(&self, params: CallParams) -> Result<CallResponse, WireError> {
         let budgets = self.hub.config.budgets;
-        let caps = self.hub.config.caps;
+        let caps = self.caps();
         let Some(applied) = self.manifest.current() else {
             return Err(WireError::new(ErrorKind::ToolUnavailable, "session has no manifest yet")
                 .with("available", Vec::<String>::new()));
@@ -338,7 +362,7 @@ impl Session {
     /// Reads the device catalog (following `nextCursor`) within `budget` and
     /// offers it to the manifest state.
     pub async fn read_catalog(&self, budget: Duration) -> Result<Swap, WireError> {
-        let caps = self.hub.config.caps;
+        let caps = self.caps();
         let stamp = self.read_stamp.fetch_add(1, Ordering::Relaxed) + 1;
         let read_started = Instant::now();
         let deadline = read_started + budget;
@@ -437,6 +461,7 @@ impl Session {
         let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
             WireError::new(ErrorKind::ClientError, format!("device sent a malformed initialize result: {e}"))
         })?;
+        self.apply_client_profile(init.server_info.get("name").and_then(Value::as_str));
         let identity = Identity {
             server_info: init.server_info,
             instructions: init.instructions,

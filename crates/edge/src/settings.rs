@@ -1,0 +1,589 @@
+//! Configuration from a TOML file, `TETHER_*` environment variables and CLI
+//! flags, with one precedence: **flags > environment > file > defaults**.
+//!
+//! Resolution degrades instead of refusing wherever it can: a bad `[caps]`,
+//! `[budgets]` or `[limits]` section falls back to that section's defaults,
+//! and a bad `[clients.NAME]` profile disables only that profile — each one
+//! an [`Issue`] that is logged and counted at boot and printed by
+//! `tether config check`. Only what cannot degrade is fatal: an unreadable
+//! file, the listen address, and the signing key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use toml::{Table, Value};
+
+use tether_contract::{Budgets, Caps};
+
+use crate::config::EdgeConfig;
+
+/// One problem found while resolving configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Issue {
+    /// `file:line key` (or `env NAME`, `flag --name`).
+    pub location: String,
+    /// What is wrong and what was done about it.
+    pub message: String,
+    /// True when the edge cannot start.
+    pub fatal: bool,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pretty" => Ok(LogFormat::Pretty),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("log format must be pretty or json, not {other:?}")),
+        }
+    }
+}
+
+/// A per-client profile: caps for devices whose `serverInfo.name` matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientProfile {
+    /// Profile name (`[clients.NAME]`).
+    pub name: String,
+    /// Matched against the device's `serverInfo.name`.
+    pub server_name: String,
+    /// The caps for matching devices.
+    pub caps: Caps,
+}
+
+/// A profile that failed to resolve; devices it names fall back to defaults (counted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokenProfile {
+    /// Profile name.
+    pub name: String,
+    /// Its `server_name`, when that much was readable.
+    pub server_name: Option<String>,
+}
+
+/// CLI flags that override everything else.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// The outcome of resolution.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The configuration to run with (meaningful only when no issue is fatal).
+    pub config: EdgeConfig,
+    /// How to log.
+    pub log_format: LogFormat,
+    /// Everything that was wrong, fatal or degraded.
+    pub issues: Vec<Issue>,
+    /// The raw `[callers]` table, for `tether-core` to resolve its caller profiles.
+    pub callers: Table,
+}
+
+impl Resolved {
+    /// Whether the edge can start.
+    pub fn is_fatal(&self) -> bool {
+        self.issues.iter().any(|i| i.fatal)
+    }
+
+    /// The resolved configuration as TOML, secrets redacted (`tether config check`).
+    pub fn to_toml(&self) -> String {
+        let c = &self.config;
+        let b = &c.budgets;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let mut clients = Table::new();
+        for p in &c.client_profiles {
+            let mut t = Table::new();
+            t.insert("server_name".into(), Value::from(p.server_name.clone()));
+            t.insert("max_tools".into(), Value::from(p.caps.max_tools as i64));
+            t.insert("manifest_bytes".into(), Value::from(p.caps.manifest_bytes as i64));
+            t.insert("description_chars".into(), Value::from(p.caps.description_chars as i64));
+            clients.insert(p.name.clone(), Value::Table(t));
+        }
+        let view = toml::toml! {
+            listen = (c.listen.to_string())
+            data_dir = (c.data_dir.display().to_string())
+            jwt_secret = (if c.jwt_secret.is_some() { "<set in file>" } else { "<env TETHER_JWT_SECRET or data_dir file>" })
+            log_format = (if self.log_format == LogFormat::Json { "json" } else { "pretty" })
+            [caps]
+            transport_ceiling = (c.caps.transport_ceiling as i64)
+            manifest_bytes = (c.caps.manifest_bytes as i64)
+            declaration_bytes = (c.caps.declaration_bytes as i64)
+            max_tools = (c.caps.max_tools as i64)
+            description_chars = (c.caps.description_chars as i64)
+            result_bytes = (c.caps.result_bytes as i64)
+            max_list_pages = (c.caps.max_list_pages as i64)
+            [budgets]
+            client_answer_ms = (ms(b.client_answer) as i64)
+            tool_call_ms = (ms(b.tool_call) as i64)
+            reread_ms = (ms(b.reread) as i64)
+            headroom_ms = (ms(b.headroom) as i64)
+            per_tool_ms = (ms(b.per_tool) as i64)
+            turn_start_ms = (ms(b.turn_start) as i64)
+            turn_start_backoff_ms = (ms(b.turn_start_backoff) as i64)
+            [limits]
+            handshake_timeout_ms = (ms(c.handshake_timeout) as i64)
+            outbound_queue = (c.outbound_queue as i64)
+            drain_timeout_ms = (ms(c.drain_timeout) as i64)
+            shutdown_grace_ms = (ms(c.shutdown_grace) as i64)
+        };
+        let mut out = toml::to_string(&view).unwrap_or_default();
+        if !clients.is_empty() {
+            let mut wrapper = Table::new();
+            wrapper.insert("clients".into(), Value::Table(clients));
+            out.push('\n');
+            out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
+        }
+        out
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapsSection {
+    transport_ceiling: Option<usize>,
+    manifest_bytes: Option<usize>,
+    declaration_bytes: Option<usize>,
+    max_tools: Option<usize>,
+    description_chars: Option<usize>,
+    result_bytes: Option<usize>,
+    max_list_pages: Option<usize>,
+}
+
+impl CapsSection {
+    fn over(self, base: Caps) -> Caps {
+        Caps {
+            transport_ceiling: self.transport_ceiling.unwrap_or(base.transport_ceiling),
+            manifest_bytes: self.manifest_bytes.unwrap_or(base.manifest_bytes),
+            declaration_bytes: self.declaration_bytes.unwrap_or(base.declaration_bytes),
+            max_tools: self.max_tools.unwrap_or(base.max_tools),
+            description_chars: self.description_chars.unwrap_or(base.description_chars),
+            result_bytes: self.result_bytes.unwrap_or(base.result_bytes),
+            max_list_pages: self.max_list_pages.unwrap_or(base.max_list_pages),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetsSection {
+    client_answer_ms: Option<u64>,
+    tool_call_ms: Option<u64>,
+    reread_ms: Option<u64>,
+    headroom_ms: Option<u64>,
+    per_tool_ms: Option<u64>,
+    turn_start_ms: Option<u64>,
+    turn_start_backoff_ms: Option<u64>,
+}
+
+impl BudgetsSection {
+    fn over(self, b: Budgets) -> Budgets {
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        Budgets {
+            client_answer: ms(self.client_answer_ms, b.client_answer),
+            tool_call: ms(self.tool_call_ms, b.tool_call),
+            reread: ms(self.reread_ms, b.reread),
+            headroom: ms(self.headroom_ms, b.headroom),
+            per_tool: ms(self.per_tool_ms, b.per_tool),
+            turn_start: ms(self.turn_start_ms, b.turn_start),
+            turn_start_backoff: ms(self.turn_start_backoff_ms, b.turn_start_backoff),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    handshake_timeout_ms: Option<u64>,
+    outbound_queue: Option<usize>,
+    drain_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+/// `[clients.NAME]`: `server_name` plus any caps keys, inline.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientSection {
+    server_name: String,
+    transport_ceiling: Option<usize>,
+    manifest_bytes: Option<usize>,
+    declaration_bytes: Option<usize>,
+    max_tools: Option<usize>,
+    description_chars: Option<usize>,
+    result_bytes: Option<usize>,
+    max_list_pages: Option<usize>,
+}
+
+const TOP_KEYS: &[&str] =
+    &["listen", "data_dir", "jwt_secret", "log_format", "caps", "budgets", "limits", "clients", "callers"];
+
+/// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
+fn locate(file: &str, text: &str, section: Option<&str>, key: &str) -> String {
+    let mut in_section = section.is_none();
+    let mut header = None;
+    for (n, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_section = section.is_some_and(|s| t.trim_matches(|c| c == '[' || c == ']').trim() == s);
+            if in_section && header.is_none() {
+                header = Some(n + 1);
+            }
+            continue;
+        }
+        if in_section && t.split('=').next().is_some_and(|k| k.trim() == key) {
+            return format!("{file}:{} {}{key}", n + 1, section.map(|s| format!("{s}.")).unwrap_or_default());
+        }
+    }
+    match (section, header) {
+        (Some(s), Some(line)) => format!("{file}:{line} [{s}]"),
+        (Some(s), None) => format!("{file} [{s}]"),
+        (None, _) => format!("{file} {key}"),
+    }
+}
+
+fn section<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
+    value.clone().try_into().map_err(|e: toml::de::Error| e.message().to_owned())
+}
+
+/// Resolves configuration from an optional file (path and text), the environment and flags.
+pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>, flags: &Flags) -> Resolved {
+    let mut config = EdgeConfig::default();
+    let mut issues = Vec::new();
+    let mut log_format = LogFormat::default();
+    let mut callers = Table::new();
+    let mut issue =
+        |location: String, message: String, fatal: bool| issues.push(Issue { location, message, fatal });
+
+    if let Some((path, text)) = file {
+        let name = path.display().to_string();
+        match text.parse::<Table>() {
+            Err(e) => {
+                let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+                let location = line.map_or_else(|| name.clone(), |l| format!("{name}:{l}"));
+                issue(location, format!("not valid TOML: {}", e.message()), true);
+            }
+            Ok(table) => {
+                for key in table.keys() {
+                    if !TOP_KEYS.contains(&key.as_str()) {
+                        issue(
+                            locate(&name, text, None, key),
+                            format!("unknown setting {key:?}; ignored"),
+                            false,
+                        );
+                    }
+                }
+                match table.get("listen").map(|v| v.as_str().map(str::parse::<SocketAddr>)) {
+                    Some(Some(Ok(addr))) => config.listen = addr,
+                    Some(_) => issue(
+                        locate(&name, text, None, "listen"),
+                        "listen must be an address like \"127.0.0.1:7878\"".into(),
+                        true,
+                    ),
+                    None => {}
+                }
+                match table.get("data_dir").map(Value::as_str) {
+                    Some(Some(dir)) => config.data_dir = PathBuf::from(dir),
+                    Some(None) => issue(
+                        locate(&name, text, None, "data_dir"),
+                        "data_dir must be a path string".into(),
+                        true,
+                    ),
+                    None => {}
+                }
+                match table.get("jwt_secret").map(Value::as_str) {
+                    Some(Some(secret)) if secret.len() >= 32 => config.jwt_secret = Some(secret.to_owned()),
+                    Some(_) => issue(
+                        locate(&name, text, None, "jwt_secret"),
+                        "jwt_secret must be a string of at least 32 bytes".into(),
+                        true,
+                    ),
+                    None => {}
+                }
+                match table.get("log_format").map(|v| v.as_str().map(str::parse::<LogFormat>)) {
+                    Some(Some(Ok(f))) => log_format = f,
+                    Some(_) => issue(
+                        locate(&name, text, None, "log_format"),
+                        "log_format must be \"pretty\" or \"json\"; using pretty".into(),
+                        false,
+                    ),
+                    None => {}
+                }
+                if let Some(v) = table.get("caps") {
+                    let caps = section::<CapsSection>(v).map(|c| c.over(Caps::default()));
+                    match caps.and_then(|c| c.validate().map(|()| c).map_err(|e| e.to_string())) {
+                        Ok(c) => config.caps = c,
+                        Err(e) => issue(
+                            locate(&name, text, Some("caps"), "caps"),
+                            format!("{e}; using default caps"),
+                            false,
+                        ),
+                    }
+                }
+                if let Some(v) = table.get("budgets") {
+                    let budgets = section::<BudgetsSection>(v).map(|b| b.over(Budgets::default()));
+                    match budgets.and_then(|b| b.validate().map(|()| b).map_err(|e| e.to_string())) {
+                        Ok(b) => config.budgets = b,
+                        Err(e) => issue(
+                            locate(&name, text, Some("budgets"), "budgets"),
+                            format!("{e}; using default budgets"),
+                            false,
+                        ),
+                    }
+                }
+                if let Some(v) = table.get("limits") {
+                    match section::<LimitsSection>(v) {
+                        Ok(l) if l.outbound_queue == Some(0) => issue(
+                            locate(&name, text, Some("limits"), "outbound_queue"),
+                            "outbound_queue must be at least 1; using default limits".into(),
+                            false,
+                        ),
+                        Ok(l) => {
+                            let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+                            config.handshake_timeout = ms(l.handshake_timeout_ms, config.handshake_timeout);
+                            config.drain_timeout = ms(l.drain_timeout_ms, config.drain_timeout);
+                            config.shutdown_grace = ms(l.shutdown_grace_ms, config.shutdown_grace);
+                            config.outbound_queue = l.outbound_queue.unwrap_or(config.outbound_queue);
+                        }
+                        Err(e) => issue(
+                            locate(&name, text, Some("limits"), "limits"),
+                            format!("{e}; using default limits"),
+                            false,
+                        ),
+                    }
+                }
+                if let Some(clients) = table.get("clients") {
+                    match clients.as_table() {
+                        Some(clients) => {
+                            for (pname, v) in clients {
+                                match resolve_client(pname, v, config.caps) {
+                                    Ok(p) => config.client_profiles.push(p),
+                                    Err(e) => {
+                                        let server_name =
+                                            v.get("server_name").and_then(Value::as_str).map(str::to_owned);
+                                        config
+                                            .broken_profiles
+                                            .push(BrokenProfile { name: pname.clone(), server_name });
+                                        let at = format!("clients.{pname}");
+                                        issue(
+                                            locate(&name, text, Some(&at), &at),
+                                            format!(
+                                                "{e}; profile disabled, its devices get the default caps"
+                                            ),
+                                            false,
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                        None => issue(
+                            locate(&name, text, None, "clients"),
+                            "clients must be a table of profiles; ignored".into(),
+                            false,
+                        ),
+                    }
+                }
+                if let Some(Value::Table(t)) = table.get("callers") {
+                    callers = t.clone();
+                }
+            }
+        }
+    }
+
+    // Environment over file.
+    if let Some(v) = env("TETHER_LISTEN") {
+        match v.parse() {
+            Ok(addr) => config.listen = addr,
+            Err(_) => issue(
+                "env TETHER_LISTEN".into(),
+                format!("{v:?} is not an address like 127.0.0.1:7878"),
+                true,
+            ),
+        }
+    }
+    if let Some(v) = env("TETHER_DATA_DIR") {
+        config.data_dir = PathBuf::from(v);
+    }
+    if let Some(v) = env("TETHER_LOG_FORMAT") {
+        match v.parse() {
+            Ok(f) => log_format = f,
+            Err(e) => issue("env TETHER_LOG_FORMAT".into(), format!("{e}; using {log_format:?}"), false),
+        }
+    }
+    // TETHER_JWT_SECRET is read where the key is loaded (auth), above the file's jwt_secret.
+
+    // Flags over everything.
+    if let Some(addr) = flags.listen {
+        config.listen = addr;
+    }
+    if let Some(dir) = &flags.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(f) = flags.log_format {
+        log_format = f;
+    }
+    Resolved { config, log_format, issues, callers }
+}
+
+fn resolve_client(name: &str, value: &Value, base: Caps) -> Result<ClientProfile, String> {
+    let c: ClientSection = section(value)?;
+    let caps = CapsSection {
+        transport_ceiling: c.transport_ceiling,
+        manifest_bytes: c.manifest_bytes,
+        declaration_bytes: c.declaration_bytes,
+        max_tools: c.max_tools,
+        description_chars: c.description_chars,
+        result_bytes: c.result_bytes,
+        max_list_pages: c.max_list_pages,
+    }
+    .over(base);
+    caps.validate().map_err(|e| e.to_string())?;
+    if caps.transport_ceiling > base.transport_ceiling {
+        return Err(format!(
+            "a client profile cannot raise the transport ceiling above the edge's {}",
+            base.transport_ceiling
+        ));
+    }
+    Ok(ClientProfile { name: name.to_owned(), server_name: c.server_name, caps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn run(text: &str) -> Resolved {
+        resolve(Some((Path::new("tether.toml"), text)), no_env, &Flags::default())
+    }
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        let r = run("");
+        assert!(r.issues.is_empty());
+        assert_eq!(r.config.caps, Caps::default());
+        assert_eq!(r.config.budgets, Budgets::default());
+    }
+
+    #[test]
+    fn a_full_file_resolves() {
+        let r = run(r#"
+listen = "127.0.0.1:9000"
+log_format = "json"
+[caps]
+max_tools = 16
+[budgets]
+tool_call_ms = 6000
+[limits]
+outbound_queue = 64
+[clients.kiosk]
+server_name = "kiosk-app"
+max_tools = 8
+[callers.support]
+tools = ["client__*"]
+"#);
+        assert!(r.issues.is_empty(), "{:?}", r.issues);
+        assert_eq!(r.config.listen.port(), 9000);
+        assert_eq!(r.log_format, LogFormat::Json);
+        assert_eq!(r.config.caps.max_tools, 16);
+        assert_eq!(r.config.budgets.tool_call, Duration::from_secs(6));
+        assert_eq!(r.config.outbound_queue, 64);
+        assert_eq!(r.config.client_profiles[0].caps.max_tools, 8);
+        assert_eq!(r.config.client_profiles[0].caps.description_chars, 512, "inherits the edge caps");
+        assert!(r.callers.contains_key("support"));
+    }
+
+    #[test]
+    fn bad_sections_degrade_and_say_where() {
+        let r = run(r#"listen = "127.0.0.1:9000"
+[caps]
+manifest_bytes = 20000
+[budgets]
+reread_ms = 9000
+[clients.good]
+server_name = "a"
+[clients.bad]
+server_name = "b"
+max_tools = "lots"
+[clients.typo]
+server_name = "c"
+max_tool = 3
+"#);
+        assert!(!r.is_fatal(), "{:?}", r.issues);
+        assert_eq!(r.config.caps, Caps::default());
+        assert_eq!(r.config.budgets, Budgets::default());
+        assert_eq!(r.config.client_profiles.len(), 1);
+        assert_eq!(
+            r.config.broken_profiles,
+            [
+                BrokenProfile { name: "bad".into(), server_name: Some("b".into()) },
+                BrokenProfile { name: "typo".into(), server_name: Some("c".into()) }
+            ]
+        );
+        let locations: Vec<_> = r.issues.iter().map(|i| i.location.as_str()).collect();
+        assert_eq!(
+            locations,
+            [
+                "tether.toml:2 [caps]",
+                "tether.toml:4 [budgets]",
+                "tether.toml:8 [clients.bad]",
+                "tether.toml:11 [clients.typo]"
+            ]
+        );
+        assert!(r.issues[3].message.contains("max_tool"), "{}", r.issues[3].message);
+        assert!(
+            r.issues[0].message.contains("manifest_bytes") && r.issues[0].message.contains("default caps")
+        );
+    }
+
+    #[test]
+    fn only_what_cannot_degrade_is_fatal() {
+        let fatal = ["listen = \"nowhere\"", "jwt_secret = \"short\"", "this is not toml"];
+        for text in fatal {
+            assert!(run(text).is_fatal(), "{text}");
+        }
+        let r = run("listen = \"nowhere\"\n");
+        assert_eq!(r.issues[0].location, "tether.toml:1 listen");
+        let r = run("colour = \"blue\"\nlog_format = \"xml\"\n");
+        assert!(!r.is_fatal());
+        assert_eq!(r.issues.len(), 2);
+        assert_eq!(r.issues[0].location, "tether.toml:1 colour");
+    }
+
+    #[test]
+    fn precedence_is_flags_then_env_then_file() {
+        let text = "listen = \"127.0.0.1:1000\"\nlog_format = \"pretty\"\n";
+        let env = |k: &str| match k {
+            "TETHER_LISTEN" => Some("127.0.0.1:2000".to_owned()),
+            "TETHER_LOG_FORMAT" => Some("json".to_owned()),
+            _ => None,
+        };
+        let file = Some((Path::new("t.toml"), text));
+        let r = resolve(file, env, &Flags::default());
+        assert_eq!(r.config.listen.port(), 2000);
+        assert_eq!(r.log_format, LogFormat::Json);
+        let flags = Flags { listen: Some("127.0.0.1:3000".parse().unwrap()), ..Flags::default() };
+        let r = resolve(file, env, &flags);
+        assert_eq!(r.config.listen.port(), 3000);
+        let r = resolve(file, no_env, &Flags::default());
+        assert_eq!(r.config.listen.port(), 1000);
+    }
+}
