@@ -98,6 +98,17 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Show one session: namespaced ↔ original names, seq, drops, recent calls.
+    Inspect {
+        /// Session id.
+        session: String,
+        /// Edge address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// List connected sessions.
     Sessions {
         /// Edge address.
@@ -302,6 +313,39 @@ async fn run(cli: Cli) -> Result<(), String> {
                     Err("call failed".into())
                 }
             }
+        }
+        Command::Inspect { session, edge, data_dir } => {
+            let token = keys(data_dir)?
+                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
+                .map_err(|e| e.to_string())?;
+            let link = BackendLink::connect(&edge, &token).await.map_err(|e| e.to_string())?;
+            let view = match link.inspect(&session, Duration::from_secs(5)).await {
+                Ok(v) => v,
+                Err(e) => {
+                    print_error(&e);
+                    return Err("inspect failed".into());
+                }
+            };
+            let name = view.server_info.get("name").and_then(Value::as_str).unwrap_or("?");
+            println!(
+                "session {}  principal={}  device={name}  seq={}  pending={}",
+                view.session, view.principal, view.seq, view.pending_calls
+            );
+            println!("tools:");
+            for t in &view.tools {
+                println!("  {:<40} <- {}", t.namespaced, t.original);
+            }
+            if !view.dropped.is_empty() {
+                println!("dropped:");
+                for d in &view.dropped {
+                    println!("  {:<40} {} bytes  {}", d.name, d.bytes, d.reason.as_str());
+                }
+            }
+            println!("recent calls:");
+            for c in &view.recent_calls {
+                println!("  {:<40} {:<18} {} ms", c.tool, c.outcome, c.latency_ms);
+            }
+            Ok(())
         }
         Command::Sessions { edge, data_dir } => {
             let token = keys(data_dir)?

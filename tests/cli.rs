@@ -88,6 +88,13 @@ fn the_readme_walk_through_gets_a_call_through() {
     assert_eq!(result["structuredContent"]["tool"], "scanBarcode", "the device got its own name");
     assert_eq!(result["structuredContent"]["arguments"]["symbologies"][0], "qr");
 
+    let inspect = run(&data, &["inspect", &session, "--edge", &url]);
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    let shown = String::from_utf8_lossy(&inspect.stdout);
+    assert!(shown.contains("client__scan_barcode") && shown.contains("<- scanBarcode"), "{shown}");
+    assert!(shown.contains("<- print-label.v2"), "{shown}");
+    assert!(shown.lines().any(|l| l.contains("client__scan_barcode") && l.contains(" ok ")), "{shown}");
+
     let missing = run(&data, &["call", "--edge", &url, "--session", &session, "--tool", "client__nope"]);
     assert!(!missing.status.success());
     let err: serde_json::Value = serde_json::from_slice(&missing.stdout).unwrap();
@@ -115,5 +122,53 @@ fn token_is_signed_with_the_same_secret_the_edge_uses() {
     assert!(!bad.status.success());
     let bad_ttl = run(&data, &["token", "--sub", "mira", "--aud", "tether-client", "--ttl", "soon"]);
     assert!(!bad_ttl.status.success());
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn counter(exposition: &str, name: &str) -> Option<u64> {
+    let series = format!("tether_{name}_total ");
+    exposition.lines().find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
+}
+
+#[test]
+fn a_degraded_config_boots_counts_and_says_where() {
+    let data = data_dir("config");
+    std::fs::create_dir_all(&data).unwrap();
+    let file = data.join("tether.toml");
+    std::fs::write(
+        &file,
+        "[caps]\nmanifest_bytes = 99999\n[clients.kiosk]\nserver_name = \"k\"\nmax_tool = 1\n",
+    )
+    .unwrap();
+    let file_arg = file.display().to_string();
+
+    let check = run(&data, &["config", "check", &file_arg]);
+    assert!(!check.status.success());
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(report.contains("tether.toml:1 [caps]: degraded:"), "{report}");
+    assert!(
+        report.contains("tether.toml:3 [clients.kiosk]: degraded:") && report.contains("max_tool"),
+        "{report}"
+    );
+
+    let (listening, _edge) =
+        spawn_until_line(&data, &["serve", "--config", &file_arg, "--listen", "127.0.0.1:0"]);
+    let addr = listening.strip_prefix("listening on ws://").unwrap().to_owned();
+    let metrics = http_get(&addr, "/metrics");
+    assert_eq!(counter(&metrics, "config_errors"), Some(2), "{metrics}");
+
+    std::fs::write(&file, "listen = \"nowhere\"\n").unwrap();
+    let fatal = run(&data, &["serve", "--config", &file_arg]);
+    assert!(!fatal.status.success(), "a bad listen address cannot degrade");
     let _ = std::fs::remove_dir_all(&data);
 }

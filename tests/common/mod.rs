@@ -110,7 +110,12 @@ impl DuplexEdge {
 
     /// A device-side socket whose other end the edge serves as `/v1/client`.
     pub async fn raw_device(&self) -> WebSocketStream<DuplexStream> {
-        let (edge_end, device_end) = tokio::io::duplex(PIPE);
+        self.raw_device_with_pipe(PIPE).await
+    }
+
+    /// [`Self::raw_device`] over a pipe of `size` bytes (small pipes model a device that stops reading).
+    pub async fn raw_device_with_pipe(&self, size: usize) -> WebSocketStream<DuplexStream> {
+        let (edge_end, device_end) = tokio::io::duplex(size);
         let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
         let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
         let (sink, stream) = edge_ws.split();

@@ -23,6 +23,8 @@ pub mod method {
     pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
     /// Edge → backend: a session latched closed.
     pub const SESSION_CLOSED: &str = "notifications/session/closed";
+    /// Operator view of one session: names, drops, recent calls.
+    pub const SESSIONS_INSPECT: &str = "sessions/inspect";
 }
 
 /// One connected session as `sessions/list` reports it.
@@ -192,4 +194,45 @@ pub struct SessionClosed {
     pub session: String,
     /// Why it closed (`disconnected`, `shutdown`, `protocol_error`, …).
     pub reason: String,
+}
+
+/// One namespaced ↔ original name pair, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamePair {
+    /// What the model sees.
+    pub namespaced: String,
+    /// What the device declared.
+    pub original: String,
+}
+
+/// One recent call, for inspection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentCall {
+    /// Namespaced tool name.
+    pub tool: String,
+    /// `ok` or the error kind.
+    pub outcome: String,
+    /// Time from the backend's request to the outcome, in ms.
+    pub latency_ms: u64,
+}
+
+/// `sessions/inspect` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInspect {
+    /// Session id.
+    pub session: String,
+    /// Verified principal.
+    pub principal: String,
+    /// The device's `serverInfo`.
+    pub server_info: Value,
+    /// Applied seq.
+    pub seq: u64,
+    /// Names in the applied manifest.
+    pub tools: Vec<NamePair>,
+    /// Tools the caps left out.
+    pub dropped: Vec<DroppedTool>,
+    /// Calls waiting for the device now.
+    pub pending_calls: usize,
+    /// The most recent calls, oldest first.
+    pub recent_calls: Vec<RecentCall>,
 }

@@ -22,7 +22,8 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, warn};
 
 use tether_contract::backend::{
-    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionsList, TurnBegun,
+    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionInspect, SessionsList,
+    TurnBegun,
 };
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
@@ -267,6 +268,11 @@ impl BackendLink {
     pub async fn begin_turn(&self, session: &str, budget: Duration) -> Result<TurnBegun, WireError> {
         let params = json!({ "session": session });
         self.typed(method::TURN_BEGIN, params, Leg::TurnStart, budget).await
+    }
+
+    /// The operator's view of one session: names, drops, recent calls.
+    pub async fn inspect(&self, session: &str, budget: Duration) -> Result<SessionInspect, WireError> {
+        self.typed(method::SESSIONS_INSPECT, json!({ "session": session }), Leg::TurnStart, budget).await
     }
 
     /// Reads `session`'s applied manifest.

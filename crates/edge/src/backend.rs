@@ -49,9 +49,6 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
 }
 
-/// Most requests one backend link may have in flight; past it requests get `overloaded`.
-pub const MAX_IN_FLIGHT: usize = 4096;
-
 /// Answers one backend request.
 pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Value, WireError> {
     match method_name {
@@ -77,6 +74,10 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Val
             let s = session(hub, &p.session)?;
             let seq = s.manifest().map_or(0, |m| m.seq);
             to_value(&TurnBegun { turn: uuid::Uuid::new_v4().to_string(), session: s.id.clone(), seq })
+        }
+        method::SESSIONS_INSPECT => {
+            let p: SessionParams = params(raw)?;
+            to_value(&session(hub, &p.session)?.inspect())
         }
         method::TOOLS_LIST => {
             let p: SessionParams = params(raw)?;
@@ -141,7 +142,7 @@ pub async fn serve_backend<S, W>(
         tokio::select! {
             next = stream.next() => match next {
                 Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
-                    Ok(Frame::Request { id, .. }) if tracker.len() >= MAX_IN_FLIGHT => {
+                    Ok(Frame::Request { id, .. }) if tracker.len() >= hub.config.backend_max_in_flight => {
                         EdgeCounters::bump(&hub.counters().backend_requests_refused);
                         let err = WireError::new(ErrorKind::Overloaded, "too many requests in flight on this link");
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;

@@ -37,6 +37,10 @@ pub struct EdgeConfig {
     pub shutdown_grace: Duration,
     /// Longest a drain waits for calls in flight (default: the per-tool budget).
     pub drain_timeout: Duration,
+    /// Session events buffered per backend; a slower backend loses events (counted).
+    pub backend_event_queue: usize,
+    /// Requests one backend link may have in flight; past it they get `overloaded`.
+    pub backend_max_in_flight: usize,
     /// Per-client profiles, matched by the device's `serverInfo.name`.
     pub client_profiles: Vec<crate::settings::ClientProfile>,
     /// Profiles that failed to resolve; their devices fall back to the default caps.
@@ -55,6 +59,8 @@ impl Default for EdgeConfig {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             shutdown_grace: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(12),
+            backend_event_queue: 1024,
+            backend_max_in_flight: 4096,
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),
         }

@@ -17,8 +17,6 @@ use crate::config::EdgeConfig;
 use crate::counters::{EdgeCounters, EdgeMetrics};
 use crate::session::Session;
 
-/// Bound of the backend event fan-out; a slower backend loses events (counted).
-const EVENT_QUEUE: usize = 1024;
 /// How many recently closed session ids are remembered, so a late call gets
 /// `channel_closed` with the reason instead of a bare `session_not_found`.
 const CLOSED_MEMORY: usize = 4096;
@@ -67,7 +65,7 @@ pub struct Hub {
 impl Hub {
     /// A hub with no sessions.
     pub fn new(config: EdgeConfig) -> Arc<Hub> {
-        let (events, _) = broadcast::channel(EVENT_QUEUE);
+        let (events, _) = broadcast::channel(config.backend_event_queue.max(1));
         Arc::new(Hub {
             config,
             metrics: EdgeMetrics::default(),

@@ -116,6 +116,13 @@ impl NameTable {
         self.to_namespaced.retain(|_, namespaced| keep(namespaced));
     }
 
+    /// Every (namespaced, original) pair, sorted by namespaced name.
+    pub fn pairs(&self) -> Vec<(&str, &str)> {
+        let mut out: Vec<_> = self.to_original.iter().map(|(n, o)| (n.as_str(), o.as_str())).collect();
+        out.sort_unstable();
+        out
+    }
+
     /// How many names the table holds.
     pub fn len(&self) -> usize {
         self.to_original.len()

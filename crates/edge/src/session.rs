@@ -18,10 +18,11 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::backend::{
-    CallParams, CallResponse, DropReason, DroppedTool, ListChanged, SessionClosed,
+    CallParams, CallResponse, DropReason, DroppedTool, ListChanged, NamePair, RecentCall, SessionClosed,
+    SessionInspect,
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
@@ -36,6 +37,8 @@ use crate::ws::Outbound;
 
 /// How many timed-out call ids are remembered to recognise late answers.
 const LATE_MEMORY: usize = 4096;
+/// How many recent calls `sessions/inspect` shows.
+const RECENT_CALLS: usize = 32;
 
 /// Why a request to the device produced no result.
 #[derive(Debug)]
@@ -103,6 +106,7 @@ pub struct Session {
     closed: CancellationToken,
     close_code: Mutex<(CloseCode, &'static str)>,
     caps: RwLock<Caps>,
+    recent: Mutex<VecDeque<RecentCall>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,6 +135,7 @@ impl Session {
             closed: CancellationToken::new(),
             close_code: Mutex::new((CloseCode::Normal, "session closed")),
             caps: RwLock::new(hub.config.caps),
+            recent: Mutex::default(),
             hub,
         }
     }
@@ -269,8 +274,50 @@ impl Session {
         }
     }
 
-    /// Runs one backend `tools/call` against the device.
+    /// Runs one backend `tools/call` against the device, and remembers it for inspection.
     pub async fn call_tool(&self, params: CallParams) -> Result<CallResponse, WireError> {
+        let started = Instant::now();
+        let tool = params.name.clone();
+        let span = tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %tool);
+        let outcome = self.call_tool_inner(params).instrument(span).await;
+        let call = RecentCall {
+            tool,
+            outcome: outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned()),
+            latency_ms: ms(started.elapsed()),
+        };
+        let mut recent = lock(&self.recent);
+        if recent.len() >= RECENT_CALLS {
+            recent.pop_front();
+        }
+        recent.push_back(call);
+        outcome
+    }
+
+    /// The operator's view of this session (`tether inspect`).
+    pub fn inspect(&self) -> SessionInspect {
+        let manifest = self.manifest.current();
+        SessionInspect {
+            session: self.id.clone(),
+            principal: self.principal.clone(),
+            server_info: self.server_info(),
+            seq: manifest.as_ref().map_or(0, |m| m.seq),
+            tools: manifest
+                .as_ref()
+                .map(|m| {
+                    m.table
+                        .pairs()
+                        .into_iter()
+                        .map(|(n, o)| NamePair { namespaced: n.to_owned(), original: o.to_owned() })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            dropped: manifest.as_ref().map(|m| m.dropped().to_vec()).unwrap_or_default(),
+            pending_calls: self.pending_calls(),
+            recent_calls: lock(&self.recent).iter().cloned().collect(),
+        }
+    }
+
+    async fn call_tool_inner(&self, params: CallParams) -> Result<CallResponse, WireError> {
         let budgets = self.hub.config.budgets;
         let caps = self.caps();
         let Some(applied) = self.manifest.current() else {
@@ -633,32 +680,42 @@ pub async fn serve_client<S, W>(
         }
     });
     let lifecycle_session = Arc::clone(&session);
-    let lifecycle = tokio::spawn(async move {
-        let s = lifecycle_session;
-        match s.initialize().await {
-            Ok(()) => {
-                EdgeCounters::bump(&s.counters().sessions_opened);
-                let seq = s.manifest.seq().unwrap_or(0);
-                info!(session = %s.id, principal = %s.principal, seq, "device session ready");
-                if !s.is_closed() {
-                    s.hub.insert(Arc::clone(&s));
-                    // A latch can race the insert; make sure a closed session never stays listed.
-                    if s.is_closed() {
-                        s.hub.remove(&s.id);
+    let lifecycle_span =
+        tracing::info_span!("session", session = %session.id, principal = %session.principal);
+    let lifecycle = tokio::spawn(
+        async move {
+            let s = lifecycle_session;
+            match s.initialize().await {
+                Ok(()) => {
+                    EdgeCounters::bump(&s.counters().sessions_opened);
+                    let seq = s.manifest.seq().unwrap_or(0);
+                    info!(session = %s.id, principal = %s.principal, seq, "device session ready");
+                    if !s.is_closed() {
+                        s.hub.insert(Arc::clone(&s));
+                        // A latch can race the insert; make sure a closed session never stays listed.
+                        if s.is_closed() {
+                            s.hub.remove(&s.id);
+                        }
                     }
+                    s.refresher().await;
                 }
-                s.refresher().await;
-            }
-            Err(_) if s.is_closed() => {}
-            Err(e) => {
-                EdgeCounters::bump(&s.counters().sessions_failed_init);
-                warn!(session = %s.id, error = %e, "device handshake failed");
-                s.close_with("handshake_failed", CloseCode::Policy, "initialize or first tools/list failed");
+                Err(_) if s.is_closed() => {}
+                Err(e) => {
+                    EdgeCounters::bump(&s.counters().sessions_failed_init);
+                    warn!(session = %s.id, error = %e, "device handshake failed");
+                    s.close_with(
+                        "handshake_failed",
+                        CloseCode::Policy,
+                        "initialize or first tools/list failed",
+                    );
+                }
             }
         }
-    });
+        .instrument(lifecycle_span),
+    );
 
-    let reason = read_loop(&session, stream, &shutdown).await;
+    let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
+    let reason = read_loop(&session, stream, &shutdown).instrument(span).await;
     match reason {
         "shutdown" => session.close_with(reason, CloseCode::Away, "edge shutting down"),
         "protocol_error" => {

@@ -1,0 +1,268 @@
+//! Every fallback path has a counter, and every counter has a test that drives
+//! its fallback and sees it move (docs/OPERATIONS.md lists them all).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncWriteExt, DuplexStream};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use common::{test_config, wait_until, DuplexEdge, LiveEdge};
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::ErrorKind;
+use tether_edge::counters::EdgeCounters;
+use tether_edge::settings::BrokenProfile;
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec};
+
+fn call(session: &str, name: &str) -> CallParams {
+    CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta: CallMeta::default() }
+}
+
+async fn next_json(ws: &mut WebSocketStream<DuplexStream>) -> Value {
+    loop {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["method"] != json!("notifications/tether.dev/manifest_applied") {
+                return v;
+            }
+        }
+    }
+}
+
+async fn send(ws: &mut WebSocketStream<DuplexStream>, v: Value) {
+    ws.send(Message::text(v.to_string())).await.unwrap();
+}
+
+/// A hand-driven device that completes the handshake with `tools`; returns its session id.
+async fn scripted(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>, tools: Value) -> String {
+    let init = next_json(ws).await;
+    let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
+    send(ws, json!({"jsonrpc":"2.0","id":init["id"],"result":{"serverInfo":{"name":"scripted"}}})).await;
+    next_json(ws).await; // initialized
+    let list = next_json(ws).await;
+    send(ws, json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":tools,"_meta":{"tether.dev/seq":1}}}))
+        .await;
+    wait_until(|| edge.hub.session(&session).is_some()).await;
+    session
+}
+
+fn counter(edge: &DuplexEdge, name: &str) -> u64 {
+    edge.hub.counters().get(name)
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_calls_and_cancels_are_counted() {
+    let edge = DuplexEdge::new();
+    let (_dev, session) =
+        edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
+    assert_eq!(counter(&edge, "sessions_opened"), 1);
+    let link = edge.backend().await;
+    let err = link.call(call(&session, "client__wait"), Duration::from_secs(12)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout);
+    assert_eq!(counter(&edge, "calls_started"), 1);
+    assert_eq!(counter(&edge, "cancels_sent"), 1);
+    edge.hub.session(&session).unwrap().latch("test");
+    let err = link.call(call(&session, "client__wait"), Duration::from_secs(12)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ChannelClosed);
+    assert_eq!(counter(&edge, "calls_channel_closed"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_fails_initialize_is_counted_and_closed_1008() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let init = next_json(&mut ws).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":init["id"],"error":{"code":-32603,"message":"no"}})).await;
+    let code = loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(f))) => break f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            _ => break None,
+        }
+    };
+    assert_eq!(code, Some(1008));
+    assert_eq!(counter(&edge, "sessions_failed_init"), 1);
+    assert_eq!(edge.hub.session_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_responses_stale_list_changed_and_bad_frames() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let _session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":999,"result":{}})).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"tether.dev/seq":1}}})).await;
+    ws.send(Message::text("{broken")).await.unwrap();
+    let reply = next_json(&mut ws).await;
+    assert_eq!(reply["error"]["data"]["kind"], json!("parse_error"));
+    assert_eq!(counter(&edge, "unknown_responses"), 1);
+    assert_eq!(counter(&edge, "list_changed_stale"), 1);
+    assert_eq!(counter(&edge, "bad_frames"), 1);
+    assert!(edge.hub.metrics.render().contains("tether_frames_refused_total{kind=\"parse_error\"} 1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_reread_keeps_the_old_manifest_and_is_counted() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"tether.dev/seq":2}}})).await;
+    let read = next_json(&mut ws).await;
+    assert_eq!(read["method"], json!("tools/list"));
+    send(&mut ws, json!({"jsonrpc":"2.0","id":read["id"],"error":{"code":-32603,"message":"busy"}})).await;
+    wait_until(|| counter(&edge, "reread_failures") == 1).await;
+    assert_eq!(edge.hub.session(&session).unwrap().manifest().unwrap().seq, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_descriptions_are_cut_and_counted() {
+    let edge = DuplexEdge::new();
+    let mut long = tool("talky");
+    long.description = Some("d".repeat(600));
+    let (_dev, session) = edge.device(DeviceSpec::minimal(vec![long])).await;
+    assert_eq!(counter(&edge, "descriptions_truncated"), 1);
+    let m = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!(m.view.tools[0].description.as_ref().map(|d| d.chars().count()), Some(512));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_stops_reading_gets_overloaded_not_unbounded_memory() {
+    let mut config = test_config();
+    config.outbound_queue = 2;
+    let edge = DuplexEdge::with_config(config);
+    let mut ws = edge.raw_device_with_pipe(512).await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    // The device now stops reading; the pipe and then the queue fill up.
+    let link = std::sync::Arc::new(edge.backend().await);
+    let calls: Vec<_> = (0..40)
+        .map(|_| {
+            let link = link.clone();
+            let p = call(&session, "client__a");
+            tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await })
+        })
+        .collect();
+    let mut overloaded = 0;
+    for c in calls {
+        if c.await.unwrap().is_err_and(|e| e.kind == ErrorKind::Overloaded) {
+            overloaded += 1;
+        }
+    }
+    assert!(overloaded > 0);
+    assert!(counter(&edge, "outbound_full") >= overloaded);
+    drop(ws);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_with_too_many_requests_in_flight_is_refused() {
+    let mut config = test_config();
+    config.backend_max_in_flight = 2;
+    let edge = DuplexEdge::with_config(config);
+    let (_dev, session) =
+        edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
+    let link = std::sync::Arc::new(edge.backend().await);
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let link = link.clone();
+            let p = call(&session, "client__wait");
+            tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await })
+        })
+        .collect();
+    let kinds: Vec<_> =
+        futures::future::join_all(calls).await.into_iter().map(|r| r.unwrap().unwrap_err().kind).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == ErrorKind::Overloaded).count(), 1, "{kinds:?}");
+    assert_eq!(counter(&edge, "backend_requests_refused"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_falls_behind_on_events_is_counted() {
+    let mut config = test_config();
+    config.backend_event_queue = 2;
+    let edge = DuplexEdge::with_config(config);
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        sessions.push(edge.device(DeviceSpec::minimal(vec![tool("a")])).await);
+    }
+    let _link = edge.backend().await;
+    tokio::task::yield_now().await;
+    // Four closes published without yielding: the backend task sees a lag.
+    for (_, id) in &sessions {
+        edge.hub.session(id).unwrap().latch("test");
+    }
+    wait_until(|| counter(&edge, "backend_events_lagged") == 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_whose_profile_is_broken_gets_default_caps_counted() {
+    let mut config = test_config();
+    config
+        .broken_profiles
+        .push(BrokenProfile { name: "sims".into(), server_name: Some("sim-device".into()) });
+    let edge = DuplexEdge::with_config(config);
+    let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    assert_eq!(counter(&edge, "client_profile_fallbacks"), 1);
+    assert_eq!(edge.hub.session(&session).unwrap().caps(), tether_contract::Caps::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_matching_client_profile_applies_its_caps() {
+    let mut config = test_config();
+    let caps = tether_contract::Caps { max_tools: 1, ..tether_contract::Caps::default() };
+    config.client_profiles.push(tether_edge::settings::ClientProfile {
+        name: "sims".into(),
+        server_name: "sim-device".into(),
+        caps,
+    });
+    let edge = DuplexEdge::with_config(config);
+    let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("a"), tool("b")])).await;
+    let m = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!(m.view.tools.len(), 1);
+    assert_eq!(counter(&edge, "tools_dropped"), 1);
+    assert_eq!(counter(&edge, "client_profile_fallbacks"), 0);
+}
+
+#[tokio::test]
+async fn refused_upgrades_and_slow_handshakes_are_counted() {
+    let mut config = test_config();
+    config.handshake_timeout = Duration::from_millis(200);
+    let edge = LiveEdge::start_with(config).await;
+    // A plain request for a page that does not exist.
+    let addr = edge.url.trim_start_matches("ws://").to_owned();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"GET /index.html HTTP/1.1\r\n\r\n").await.unwrap();
+    wait_until(|| edge.hub.counters().get("upgrade_refused") == 1).await;
+    // A peer that connects and says nothing (slowloris) is cut at the deadline,
+    // while a real client still connects meanwhile.
+    let _silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (_dev, _session) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    wait_until(|| edge.hub.counters().get("handshake_timeouts") == 1).await;
+}
+
+#[test]
+fn every_counter_is_documented_and_driven_by_a_test() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ops = std::fs::read_to_string(format!("{root}/docs/OPERATIONS.md")).unwrap();
+    let mut tests = String::new();
+    for dir in ["tests", "crates/edge/tests"] {
+        for entry in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                tests.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    for (name, help) in EdgeCounters::describe() {
+        assert!(!help.is_empty(), "{name} has no help text");
+        assert!(
+            ops.contains(&format!("tether_{name}_total")),
+            "docs/OPERATIONS.md does not list tether_{name}_total"
+        );
+        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the {name} counter");
+    }
+}
