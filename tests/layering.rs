@@ -77,7 +77,7 @@ fn core_and_contract_name_no_client_domain() {
         "work order",
         "work_order",
         "workorder",
-        "inspection",
+        "inspection form",
         "asset",
         "camera",
         "printer",
