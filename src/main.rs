@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use tether_contract::{Budgets, AUD_BACKEND};
-use tether_core::{for_model, BackendLink, Turn, WireError};
+use tether_core::{for_model, BackendLink, Profiles, Turn, WireError};
 use tether_edge::auth::Keys;
 use tether_edge::config::default_data_dir;
 use tether_edge::settings::{self, Flags, LogFormat, Resolved};
@@ -241,7 +241,18 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Config { action: ConfigAction::Check { file } } => {
-            let resolved = read_config(Some(&file), &Flags::default())?;
+            let mut resolved = read_config(Some(&file), &Flags::default())?;
+            // Caller profiles belong to tether-core; check them here too so one command covers the file.
+            let profiles = Profiles::from_table(resolved.callers.clone(), std::sync::Arc::default());
+            for name in profiles.names() {
+                if let Err(e) = profiles.get(&name) {
+                    resolved.issues.push(settings::Issue {
+                        location: format!("{} [callers.{name}]", file.display()),
+                        message: format!("{}; this caller would get no client tools", e.message),
+                        fatal: false,
+                    });
+                }
+            }
             if resolved.issues.is_empty() {
                 print!("{}", resolved.to_toml());
                 return Ok(());

@@ -321,3 +321,35 @@ fn tether_serve_prints_its_address_and_exits_0_on_sigterm() {
     assert!(code.success(), "exit {code:?}");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[tokio::test]
+async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_never_shown() {
+    let edge = LiveEdge::start().await;
+    let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
+    let link = edge.backend().await;
+    let profiles = tether_core::Profiles::from_toml(
+        "[callers.reader]\ntools = [\"client__get_*\", \"client__read_location\"]\n",
+        link.counters(),
+    )
+    .unwrap();
+    let mut turn =
+        Turn::begin_scoped(&link, &session, Budgets::default(), profiles.get("reader").unwrap()).await;
+    let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(listed, ["client__get_visible_screen", "client__read_location"]);
+
+    // A scripted model proposes a hidden tool, a never-listed one, and a listed one.
+    for hidden in ["client__submit_form", "client__drop_all_tables"] {
+        let err = turn.call(hidden, json!({})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Forbidden, "{hidden}");
+    }
+    assert!(dev.observed.calls().is_empty(), "nothing reached the device");
+    assert_eq!(link.counters().get("scope_refusals"), 2);
+    turn.call("client__read_location", json!({"accuracy": "fine"})).await.unwrap();
+    assert_eq!(dev.observed.calls().len(), 1);
+
+    // With every tool in scope, a never-listed name is still refused by the edge.
+    let mut open = Turn::begin(&link, &session, Budgets::default()).await;
+    let err = open.call("client__drop_all_tables", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ToolUnavailable);
+    assert_eq!(dev.observed.calls().len(), 1);
+}

@@ -37,6 +37,10 @@ counters! {
     notifications_dropped,
     /// Frames from the edge that were not valid JSON-RPC.
     bad_frames,
+    /// Caller profiles that failed to resolve (that caller gets no client tools).
+    profile_errors,
+    /// Calls refused at dispatch because the caller's profile hides the tool.
+    scope_refusals,
 }
 
 impl CoreCounters {

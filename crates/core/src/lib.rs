@@ -7,6 +7,7 @@
 //!   (with its single retry and its no-client-tools fallback) and calls within
 //!   the per-tool budget.
 //! - [`names`] — independent re-validation of namespaced names.
+//! - [`scope`] — caller profiles: which tools a caller sees and may call.
 //! - [`error`] — a sentence for the model for every error kind.
 //! - [`counters`] — every fallback, counted.
 //!
@@ -17,10 +18,12 @@ pub mod counters;
 pub mod error;
 pub mod link;
 pub mod names;
+pub mod scope;
 pub mod turn;
 
 pub use counters::CoreCounters;
 pub use error::for_model;
 pub use link::{BackendLink, Notification};
+pub use scope::{CallerProfile, Profiles};
 pub use tether_contract::{ErrorKind, WireError};
 pub use turn::Turn;

@@ -18,6 +18,7 @@ use tether_contract::{Budgets, ErrorKind, WireError};
 use crate::counters::CoreCounters;
 use crate::link::BackendLink;
 use crate::names;
+use crate::scope::CallerProfile;
 
 /// A turn's view of one session: its tools and how to call them.
 #[derive(Debug)]
@@ -30,6 +31,7 @@ pub struct Turn<'a> {
     tools: Vec<ToolDeclaration>,
     degraded: Option<WireError>,
     counters: Arc<CoreCounters>,
+    profile: Arc<CallerProfile>,
 }
 
 fn validated(manifest: &Manifest, counters: &CoreCounters) -> Vec<ToolDeclaration> {
@@ -49,8 +51,20 @@ fn validated(manifest: &Manifest, counters: &CoreCounters) -> Vec<ToolDeclaratio
 }
 
 impl<'a> Turn<'a> {
-    /// Begins a turn: `turn/begin` plus the catalog read, retried once, degrading to no client tools.
+    /// Begins a turn that may reach every client tool (see [`Turn::begin_scoped`]).
     pub async fn begin(link: &'a BackendLink, session: &str, budgets: Budgets) -> Turn<'a> {
+        Turn::begin_scoped(link, session, budgets, Arc::new(CallerProfile::everything())).await
+    }
+
+    /// Begins a turn under a caller profile: `turn/begin` plus the catalog read,
+    /// retried once, degrading to no client tools; only tools the profile allows
+    /// are listed, and every call re-checks the profile.
+    pub async fn begin_scoped(
+        link: &'a BackendLink,
+        session: &str,
+        budgets: Budgets,
+        profile: Arc<CallerProfile>,
+    ) -> Turn<'a> {
         let counters = link.counters();
         let mut turn = Turn {
             link,
@@ -61,6 +75,7 @@ impl<'a> Turn<'a> {
             tools: Vec::new(),
             degraded: None,
             counters,
+            profile,
         };
         let mut last = None;
         for attempt in 0..2 {
@@ -100,7 +115,9 @@ impl<'a> Turn<'a> {
     }
 
     fn apply(&mut self, manifest: Manifest) {
-        self.tools = validated(&manifest, &self.counters);
+        let profile = Arc::clone(&self.profile);
+        self.tools =
+            validated(&manifest, &self.counters).into_iter().filter(|t| profile.allows(&t.name)).collect();
         info!(session = %self.session, seq = manifest.seq, tools = self.tools.len(), "turn bound to manifest");
         self.manifest = Some(manifest);
     }
@@ -144,6 +161,15 @@ impl<'a> Turn<'a> {
             CoreCounters::bump(&self.counters.names_rejected);
             warn!(session = %self.session, name, %violation, "call to an off-namespace tool name refused");
             return Err(WireError::new(ErrorKind::InvalidName, format!("tool name {name} {violation}")));
+        }
+        if !self.profile.allows(name) {
+            CoreCounters::bump(&self.counters.scope_refusals);
+            warn!(session = %self.session, name, profile = %self.profile.name, "call outside the caller's profile refused at dispatch");
+            return Err(WireError::new(
+                ErrorKind::Forbidden,
+                format!("{name} is not available to this caller"),
+            )
+            .with("profile", self.profile.name.as_str()));
         }
         let budget = self.budgets.per_tool;
         let params = CallParams {

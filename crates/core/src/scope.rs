@@ -1,0 +1,173 @@
+//! Caller profiles: which client tools a caller may see and call.
+//!
+//! A profile selects *tools*, never data scope: who the user is comes only
+//! from a verified credential. Listing is a hint to the model; dispatch is the
+//! gate — [`crate::Turn`] filters what it lists by the profile and re-checks
+//! the profile on every call, so a name the model "knows" but was never shown
+//! is refused before anything is sent.
+//!
+//! Profiles come from the `[callers.NAME]` tables of the configuration file and
+//! are resolved lazily, one at a time: a malformed profile fails only the
+//! caller that asks for it (counted), never the others.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+use toml::{Table, Value};
+use tracing::warn;
+
+use tether_contract::{ErrorKind, WireError};
+
+use crate::counters::CoreCounters;
+
+/// One allow-list entry: an exact name, or a prefix ending in `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern(String);
+
+impl Pattern {
+    /// Whether `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        match self.0.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => self.0 == name,
+        }
+    }
+}
+
+/// What one caller may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerProfile {
+    /// Profile name.
+    pub name: String,
+    /// Allowed namespaced tool names.
+    pub tools: Vec<Pattern>,
+}
+
+impl CallerProfile {
+    /// A profile that allows every client tool (the default when none is configured).
+    pub fn everything() -> CallerProfile {
+        CallerProfile { name: "default".into(), tools: vec![Pattern("client__*".into())] }
+    }
+
+    /// A profile that allows nothing: what a caller with a broken profile gets.
+    pub fn nothing(name: &str) -> CallerProfile {
+        CallerProfile { name: name.into(), tools: Vec::new() }
+    }
+
+    /// Whether the profile reaches `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.iter().any(|p| p.matches(tool))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileSection {
+    tools: Vec<String>,
+}
+
+fn resolve(name: &str, value: &Value) -> Result<CallerProfile, String> {
+    let section: ProfileSection =
+        value.clone().try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
+    let mut tools = Vec::with_capacity(section.tools.len());
+    for t in section.tools {
+        let stem = t.strip_suffix('*').unwrap_or(&t);
+        let valid = t == "*" || (!stem.contains('*') && stem.starts_with(tether_contract::names::PREFIX));
+        if !valid {
+            return Err(format!("tool pattern {t:?} must be a client__ name, optionally ending in *"));
+        }
+        tools.push(Pattern(t));
+    }
+    Ok(CallerProfile { name: name.to_owned(), tools })
+}
+
+/// Every configured caller profile, resolved on first use.
+#[derive(Debug, Default)]
+pub struct Profiles {
+    raw: Table,
+    resolved: Mutex<HashMap<String, Result<Arc<CallerProfile>, String>>>,
+    counters: Arc<CoreCounters>,
+}
+
+impl Profiles {
+    /// Profiles from the `[callers]` table of a configuration file.
+    pub fn from_table(raw: Table, counters: Arc<CoreCounters>) -> Profiles {
+        Profiles { raw, resolved: Mutex::default(), counters }
+    }
+
+    /// Profiles from a whole configuration file's text (only `[callers]` is read).
+    pub fn from_toml(text: &str, counters: Arc<CoreCounters>) -> Result<Profiles, String> {
+        let table: Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
+        let raw = match table.get("callers") {
+            Some(Value::Table(t)) => t.clone(),
+            Some(_) => return Err("callers must be a table of profiles".into()),
+            None => Table::new(),
+        };
+        Ok(Profiles::from_table(raw, counters))
+    }
+
+    /// Configured profile names.
+    pub fn names(&self) -> Vec<String> {
+        self.raw.keys().cloned().collect()
+    }
+
+    /// The profile `name`, resolving it now if needed.
+    ///
+    /// A malformed or unknown profile is a `forbidden` error for this caller
+    /// only; the first failure is logged and counted.
+    pub fn get(&self, name: &str) -> Result<Arc<CallerProfile>, WireError> {
+        let mut cache = match self.resolved.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let entry = cache.entry(name.to_owned()).or_insert_with(|| {
+            let outcome = match self.raw.get(name) {
+                Some(v) => resolve(name, v).map(Arc::new),
+                None => Err(format!("no caller profile named {name:?}")),
+            };
+            if let Err(e) = &outcome {
+                CoreCounters::bump(&self.counters.profile_errors);
+                warn!(profile = name, error = %e, "caller profile unusable; this caller gets no client tools");
+            }
+            outcome
+        });
+        entry.clone().map_err(|e| {
+            WireError::new(ErrorKind::Forbidden, format!("caller profile {name}: {e}")).with("profile", name)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profiles(text: &str) -> Profiles {
+        Profiles::from_toml(text, Arc::default()).unwrap()
+    }
+
+    #[test]
+    fn patterns_allow_exact_names_and_prefixes() {
+        let p = profiles("[callers.support]\ntools = [\"client__get_*\", \"client__scan_barcode\"]\n");
+        let support = p.get("support").unwrap();
+        assert!(support.allows("client__get_visible_screen"));
+        assert!(support.allows("client__scan_barcode"));
+        assert!(!support.allows("client__scan_barcode_2"));
+        assert!(!support.allows("client__submit_form"));
+        assert!(CallerProfile::everything().allows("client__anything"));
+        assert!(!CallerProfile::nothing("x").allows("client__anything"));
+    }
+
+    #[test]
+    fn a_broken_profile_fails_only_its_caller_and_is_counted_once() {
+        let counters = Arc::new(CoreCounters::default());
+        let text = "[callers.good]\ntools = [\"client__*\"]\n[callers.bad]\ntools = \"all\"\n[callers.worse]\ntools = [\"*x*\"]\n";
+        let p = Profiles::from_toml(text, counters.clone()).unwrap();
+        assert!(p.get("good").is_ok());
+        for name in ["bad", "bad", "worse", "missing"] {
+            assert_eq!(p.get(name).unwrap_err().kind, ErrorKind::Forbidden, "{name}");
+        }
+        assert_eq!(counters.get("profile_errors"), 3, "each broken profile counted once");
+        assert!(p.get("good").is_ok(), "the good profile still resolves");
+    }
+}
