@@ -148,12 +148,12 @@ mod tests {
 
     #[test]
     fn patterns_allow_exact_names_and_prefixes() {
-        let p = profiles("[callers.support]\ntools = [\"client__get_*\", \"client__scan_barcode\"]\n");
+        let p = profiles("[callers.support]\ntools = [\"client__get_*\", \"client__read_value\"]\n");
         let support = p.get("support").unwrap();
-        assert!(support.allows("client__get_visible_screen"));
-        assert!(support.allows("client__scan_barcode"));
-        assert!(!support.allows("client__scan_barcode_2"));
-        assert!(!support.allows("client__submit_form"));
+        assert!(support.allows("client__get_status"));
+        assert!(support.allows("client__read_value"));
+        assert!(!support.allows("client__read_value_2"));
+        assert!(!support.allows("client__write_value"));
         assert!(CallerProfile::everything().allows("client__anything"));
         assert!(!CallerProfile::nothing("x").allows("client__anything"));
     }
