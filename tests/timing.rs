@@ -19,6 +19,15 @@ use tether_core::Turn;
 use tether_harness::device::tool;
 use tether_harness::{Behavior, DeviceSpec};
 
+/// A backend link to an "edge" that accepts frames and never answers; keep the
+/// returned pipe end alive for as long as the link should stay open.
+async fn silent_edge() -> (tether_core::BackendLink, tokio::io::DuplexStream) {
+    let (client_end, held_open) = tokio::io::duplex(64 * 1024);
+    let role = tokio_tungstenite::tungstenite::protocol::Role::Client;
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(client_end, role, None).await;
+    (tether_core::BackendLink::from_stream(ws), held_open)
+}
+
 fn call(session: &str, name: &str) -> CallParams {
     CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta: CallMeta::default() }
 }
@@ -292,14 +301,7 @@ async fn the_turn_start_read_retries_once_then_proceeds_without_client_tools() {
 
     // A device that never answers the edge: the edge is fine, but an edge that
     // is silent itself makes core retry once after the backoff, then degrade.
-    let (client_end, _held_open) = tokio::io::duplex(64 * 1024);
-    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-        client_end,
-        tokio_tungstenite::tungstenite::protocol::Role::Client,
-        None,
-    )
-    .await;
-    let silent = tether_core::BackendLink::from_stream(ws);
+    let (silent, _held_open) = silent_edge().await;
     let started = Instant::now();
     let turn = Turn::begin(&silent, "s", Budgets::default()).await;
     let b = Budgets::default();
@@ -311,14 +313,7 @@ async fn the_turn_start_read_retries_once_then_proceeds_without_client_tools() {
 
 #[tokio::test(start_paused = true)]
 async fn core_enforces_the_per_tool_budget_when_the_edge_is_silent() {
-    let (client_end, _held_open) = tokio::io::duplex(64 * 1024);
-    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-        client_end,
-        tokio_tungstenite::tungstenite::protocol::Role::Client,
-        None,
-    )
-    .await;
-    let link = tether_core::BackendLink::from_stream(ws);
+    let (link, _held_open) = silent_edge().await;
     let started = Instant::now();
     let err = link.call(call("s", "client__x"), Budgets::default().per_tool).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(12));

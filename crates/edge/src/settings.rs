@@ -217,20 +217,6 @@ struct LimitsSection {
     shutdown_grace_ms: Option<u64>,
 }
 
-/// `[clients.NAME]`: `server_name` plus any caps keys, inline.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientSection {
-    server_name: String,
-    transport_ceiling: Option<usize>,
-    manifest_bytes: Option<usize>,
-    declaration_bytes: Option<usize>,
-    max_tools: Option<usize>,
-    description_chars: Option<usize>,
-    result_bytes: Option<usize>,
-    max_list_pages: Option<usize>,
-}
-
 const TOP_KEYS: &[&str] =
     &["listen", "data_dir", "jwt_secret", "log_format", "caps", "budgets", "limits", "clients", "callers"];
 
@@ -441,18 +427,15 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     Resolved { config, log_format, issues, callers }
 }
 
+/// `[clients.NAME]` is `server_name` plus any `[caps]` keys, inline.
 fn resolve_client(name: &str, value: &Value, base: Caps) -> Result<ClientProfile, String> {
-    let c: ClientSection = section(value)?;
-    let caps = CapsSection {
-        transport_ceiling: c.transport_ceiling,
-        manifest_bytes: c.manifest_bytes,
-        declaration_bytes: c.declaration_bytes,
-        max_tools: c.max_tools,
-        description_chars: c.description_chars,
-        result_bytes: c.result_bytes,
-        max_list_pages: c.max_list_pages,
-    }
-    .over(base);
+    let mut table = value.as_table().cloned().ok_or("a client profile must be a table")?;
+    let server_name = match table.remove("server_name") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err("server_name must be a string".into()),
+        None => return Err("missing server_name (the device's serverInfo.name to match)".into()),
+    };
+    let caps = section::<CapsSection>(&Value::Table(table))?.over(base);
     caps.validate().map_err(|e| e.to_string())?;
     if caps.transport_ceiling > base.transport_ceiling {
         return Err(format!(
@@ -460,7 +443,7 @@ fn resolve_client(name: &str, value: &Value, base: Caps) -> Result<ClientProfile
             base.transport_ceiling
         ));
     }
-    Ok(ClientProfile { name: name.to_owned(), server_name: c.server_name, caps })
+    Ok(ClientProfile { name: name.to_owned(), server_name, caps })
 }
 
 #[cfg(test)]
