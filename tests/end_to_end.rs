@@ -54,7 +54,11 @@ async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     // A call goes back under the device's own name, arguments intact.
     let args = json!({"template": "asset", "copies": 2, "fields": {"asset": "P-7"}});
     let result = turn.call("client__print_label_v2", args.clone()).await.unwrap();
-    assert_eq!(result.structured_content, Some(json!({"tool": "print-label.v2", "arguments": args})));
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"tool": "print-label.v2", "arguments": args, "session": session})),
+        "the answer came from this session's device"
+    );
     let calls = dev.observed.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].name, "print-label.v2");

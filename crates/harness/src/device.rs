@@ -18,11 +18,13 @@ use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp::{meta, method, InitializeResult, ToolDeclaration};
 use tether_contract::{CLIENT_PATH, CLIENT_SUBPROTOCOL};
 
+use crate::faults::{Fault, FaultMix};
+
 /// The realistic device of `proto-fixtures/declarations/fieldkit-device.json`.
 const FIELDKIT: &str = include_str!("../../../proto-fixtures/declarations/fieldkit-device.json");
 
 /// How the device answers one tool.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Behavior {
     /// Answer with an echo of the call after `latency` (cut at the answer ceiling).
     Answer {
@@ -50,6 +52,16 @@ pub enum Behavior {
         /// The new catalog.
         tools: Vec<ToolDeclaration>,
     },
+    /// Answer twice (the second must be dropped by the edge).
+    Twice,
+    /// Send a malformed frame, then answer.
+    Malformed,
+    /// Answer with a frame over the transport ceiling.
+    Oversize,
+    /// Send a burst of `list_changed`, then answer.
+    Flood,
+    /// Draw one of the above per call from a shared, seeded mix.
+    Mixed(Arc<FaultMix>),
 }
 
 /// What the device is: its identity, catalog and behaviours.
@@ -256,6 +268,9 @@ impl SimDevice {
 struct State {
     spec: DeviceSpec,
     seq: Option<u64>,
+    session: Option<String>,
+    /// The catalog a `navigate` fault toggles back to.
+    original_tools: Vec<ToolDeclaration>,
 }
 
 impl State {
@@ -288,10 +303,10 @@ impl State {
     }
 }
 
-fn echo(name: &str, arguments: &Value, meta: Map<String, Value>) -> Value {
+fn echo(name: &str, arguments: &Value, meta: Map<String, Value>, session: Option<&str>) -> Value {
     json!({
         "content": [{"type": "text", "text": format!("{name} done")}],
-        "structuredContent": {"tool": name, "arguments": arguments},
+        "structuredContent": {"tool": name, "arguments": arguments, "session": session},
         "_meta": meta,
     })
 }
@@ -317,7 +332,8 @@ async fn run<S>(
         }
     });
     let seq = spec.seq;
-    let mut state = State { spec, seq };
+    let original_tools = spec.tools.clone();
+    let mut state = State { spec, seq, session: None, original_tools };
     loop {
         tokio::select! {
             next = stream.next() => {
@@ -368,6 +384,7 @@ async fn handle_request(
     match method_name {
         method::INITIALIZE => {
             let sid = params.get("_meta").and_then(|m| m.get(meta::SESSION)).and_then(Value::as_str);
+            state.session = sid.map(str::to_owned);
             let _ = session.send(sid.map(str::to_owned));
             let _ = out.send(reply(serde_json::to_value(&state.spec.initialize).unwrap_or_default())).await;
         }
@@ -395,6 +412,12 @@ async fn handle_request(
                 .cloned()
                 .unwrap_or_else(|| state.spec.default_behavior.clone());
             let ceiling = state.spec.answer_ceiling;
+            let behavior = match behavior {
+                Behavior::Mixed(mix) => concrete(&mix, state),
+                other => other,
+            };
+            let sid = state.session.clone();
+            let sid = sid.as_deref();
             match behavior {
                 Behavior::Answer { latency } => {
                     let frame = if latency > ceiling {
@@ -406,12 +429,12 @@ async fn handle_request(
                         });
                         (ceiling, r)
                     } else {
-                        (latency, echo(&name, &arguments, state.seq_meta()))
+                        (latency, echo(&name, &arguments, state.seq_meta(), sid))
                     };
                     delayed(out, id, frame.0, frame.1);
                 }
                 Behavior::Late { after } => {
-                    delayed(out, id, after, echo(&name, &arguments, state.seq_meta()))
+                    delayed(out, id, after, echo(&name, &arguments, state.seq_meta(), sid))
                 }
                 Behavior::Fail { code, retryable } => {
                     let r = json!({
@@ -426,8 +449,31 @@ async fn handle_request(
                 Behavior::Disconnect => return false,
                 Behavior::Navigate { tools } => {
                     state.navigate(tools);
-                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta()))).await;
+                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
                 }
+                Behavior::Twice => {
+                    let r = echo(&name, &arguments, state.seq_meta(), sid);
+                    let _ = out.send(reply(r.clone())).await;
+                    let _ = out.send(reply(r)).await;
+                }
+                Behavior::Malformed => {
+                    let _ = out.send(Message::text("{\"jsonrpc\":\"2.0\",\"id\":")).await;
+                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
+                }
+                Behavior::Oversize => {
+                    let mut r = echo(&name, &arguments, state.seq_meta(), sid);
+                    r["content"][0]["text"] = Value::from("x".repeat(20_000));
+                    let _ = out.send(reply(r)).await;
+                }
+                Behavior::Flood => {
+                    for _ in 0..20 {
+                        let f =
+                            jsonrpc::notification(method::LIST_CHANGED, &json!({"_meta": state.seq_meta()}));
+                        let _ = out.send(Message::text(f)).await;
+                    }
+                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
+                }
+                Behavior::Mixed(_) => {}
             }
         }
         other => {
@@ -439,6 +485,30 @@ async fn handle_request(
         }
     }
     true
+}
+
+/// Turns one draw from a fault mix into a concrete behaviour for this call.
+fn concrete(mix: &FaultMix, state: &State) -> Behavior {
+    let (fault, latency) = mix.draw();
+    match fault {
+        Fault::Answer => Behavior::Answer { latency },
+        Fault::Error => Behavior::Fail { code: "busy".into(), retryable: true },
+        Fault::Silent => Behavior::Silent,
+        Fault::Late => Behavior::Late { after: mix.late_after },
+        Fault::Twice => Behavior::Twice,
+        Fault::Disconnect => Behavior::Disconnect,
+        Fault::Navigate => {
+            // Toggle between the original catalog and one with an extra tool.
+            let mut tools = state.original_tools.clone();
+            if state.spec.tools.len() == tools.len() {
+                tools.push(tool("navigated_extra"));
+            }
+            Behavior::Navigate { tools }
+        }
+        Fault::Malformed => Behavior::Malformed,
+        Fault::Oversize => Behavior::Oversize,
+        Fault::Flood => Behavior::Flood,
+    }
 }
 
 fn delayed(out: &mpsc::Sender<Message>, id: Value, after: Duration, result: Value) {
