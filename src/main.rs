@@ -178,34 +178,37 @@ fn read_config(path: Option<&PathBuf>, flags: &Flags) -> Result<Resolved, String
 
 /// SIGTERM drains (finish calls in flight, devices reconnect elsewhere);
 /// SIGINT, or a second signal, shuts down at once (calls in flight fail).
-async fn signals(drain: CancellationToken, shutdown: CancellationToken) {
+///
+/// The handlers are installed before this returns, so a signal sent the moment
+/// `listening on` is printed is never lost to the default action.
+fn install_signals(drain: CancellationToken, shutdown: CancellationToken) -> Result<(), String> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            shutdown.cancel();
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => shutdown.cancel(),
-            _ = term.recv() => {
-                // Not eprintln!: a closed stderr must never kill the drain.
-                tracing::info!("SIGTERM: draining (send it again to stop at once)");
-                drain.cancel();
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let mut term = signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => shutdown.cancel(),
+                _ = term.recv() => {
+                    // Not eprintln!: a closed stderr must never kill the drain.
+                    tracing::info!("SIGTERM: draining (send it again to stop at once)");
+                    drain.cancel();
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    shutdown.cancel();
                 }
-                shutdown.cancel();
             }
-        }
+        });
     }
     #[cfg(not(unix))]
-    {
+    tokio::spawn(async move {
         let _ = (drain, tokio::signal::ctrl_c().await);
         shutdown.cancel();
-    }
+    });
+    Ok(())
 }
 
 fn print_error(err: &WireError) {
@@ -233,10 +236,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
             edge.hub().counters().config_errors.inc_by(degraded);
             let addr = edge.local_addr().map_err(|e| e.to_string())?;
+            install_signals(edge.drain_token(), edge.shutdown_token())?;
             // A closed stdout must not stop the edge; the line is for whoever is reading.
             let _ = writeln!(std::io::stdout(), "listening on ws://{addr}")
                 .and_then(|()| std::io::stdout().flush());
-            tokio::spawn(signals(edge.drain_token(), edge.shutdown_token()));
+
             edge.run().await;
             Ok(())
         }
