@@ -109,6 +109,36 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Run a simulated fleet with faults and a load driver; check the invariants.
+    Soak {
+        /// Simulated devices.
+        #[arg(long, default_value_t = 200)]
+        devices: usize,
+        /// How long to drive load, e.g. 60s, 10m.
+        #[arg(long, default_value = "60s", value_parser = parse_ttl)]
+        duration: Duration,
+        /// Calls per second (instead of --concurrency).
+        #[arg(long, conflicts_with = "concurrency")]
+        rate: Option<f64>,
+        /// Callers calling back to back.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Fault mix, e.g. answer=80,error=5,silent=1,late=2,twice=2,disconnect=1,navigate=4,malformed=2,oversize=1,flood=2.
+        #[arg(long, default_value = tether_harness::soak::DEFAULT_FAULTS)]
+        faults: String,
+        /// Seed for every random choice.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// A running edge; without it an edge is embedded in this process.
+        #[arg(long)]
+        edge: Option<String>,
+        /// Write the report as JSON here (and a plot next to it, .svg).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Data directory holding the secret (with --edge).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// List connected sessions.
     Sessions {
         /// Edge address.
@@ -362,6 +392,67 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Soak { devices, duration, rate, concurrency, faults, seed, edge, json, data_dir } => {
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let (url, keys, embedded) = match edge {
+                Some(url) => (url, keys(data_dir)?, None),
+                None => {
+                    let secret = format!("soak-{seed}-{}", "k".repeat(32));
+                    let config = tether_edge::EdgeConfig {
+                        listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+                        jwt_secret: Some(secret.clone()),
+                        ..tether_edge::EdgeConfig::default()
+                    };
+                    let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;
+                    let url = format!("ws://{}", edge.local_addr().map_err(|e| e.to_string())?);
+                    let shutdown = edge.shutdown_token();
+                    let task = tokio::spawn(edge.run());
+                    (
+                        url,
+                        Keys::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
+                        Some((shutdown, task)),
+                    )
+                }
+            };
+            let day = Duration::from_secs(86_400);
+            let cfg = tether_harness::soak::SoakConfig {
+                edge: url,
+                client_token: keys
+                    .issue("soak-device", tether_contract::AUD_CLIENT, day)
+                    .map_err(|e| e.to_string())?,
+                backend_token: keys.issue("soak-driver", AUD_BACKEND, day).map_err(|e| e.to_string())?,
+                devices,
+                duration,
+                load: match rate {
+                    Some(r) => tether_harness::soak::Load::Rate(r),
+                    None => tether_harness::soak::Load::Concurrency(concurrency),
+                },
+                faults,
+                seed,
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let report = tether_harness::soak::run(cfg).await?;
+            if let Some((shutdown, task)) = embedded {
+                shutdown.cancel();
+                let _ = task.await;
+            }
+            eprint!("{}", report.table());
+            if let Some(path) = json {
+                let text =
+                    serde_json::to_string_pretty(&tether_harness::soak::to_json(&report)).unwrap_or_default();
+                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                let svg = path.with_extension("svg");
+                tether_harness::soak::plot(&report, &svg)?;
+                eprintln!("report: {}  plot: {}", path.display(), svg.display());
+            }
+            let violations = report.violations();
+            if violations.is_empty() {
+                eprintln!("soak: all invariants held");
+                Ok(())
+            } else {
+                Err(format!("soak invariants broken: {}", violations.join("; ")))
+            }
+        }
         Command::Sessions { edge, data_dir } => {
             let token = keys(data_dir)?
                 .issue("cli", AUD_BACKEND, Duration::from_secs(300))
@@ -387,8 +478,11 @@ async fn run(cli: Cli) -> Result<(), String> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // `serve` sets up logging itself once it knows the configured format.
-    if !matches!(cli.command, Command::Serve { .. }) {
-        init_tracing("warn", LogFormat::Pretty);
+    match cli.command {
+        Command::Serve { .. } => {}
+        // A soak injects faults on purpose; their warnings would drown the report.
+        Command::Soak { .. } => init_tracing("error", LogFormat::Pretty),
+        _ => init_tracing("warn", LogFormat::Pretty),
     }
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,

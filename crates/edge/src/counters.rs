@@ -129,6 +129,8 @@ pub struct EdgeMetrics {
     pub sessions: Gauge,
     /// Backend calls in flight.
     pub calls_in_flight: Gauge,
+    /// Resident memory of the edge process, refreshed at each scrape.
+    pub resident_bytes: Gauge,
     registry: Registry,
 }
 
@@ -151,6 +153,7 @@ impl Default for EdgeMetrics {
             leg_seconds: Family::new_with_constructor(leg_histogram as fn() -> Histogram),
             sessions: Gauge::default(),
             calls_in_flight: Gauge::default(),
+            resident_bytes: Gauge::default(),
             registry,
         };
         let mut registry = m.registry;
@@ -165,6 +168,11 @@ impl Default for EdgeMetrics {
         registry.register("leg_seconds", "Latency of each budget leg, in seconds", m.leg_seconds.clone());
         registry.register("sessions", "Connected device sessions", m.sessions.clone());
         registry.register("calls_in_flight", "Backend calls in flight", m.calls_in_flight.clone());
+        registry.register(
+            "process_resident_bytes",
+            "Resident memory of this process, in bytes",
+            m.resident_bytes.clone(),
+        );
         EdgeMetrics { registry, ..m }
     }
 }
@@ -172,6 +180,9 @@ impl Default for EdgeMetrics {
 impl EdgeMetrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        if let Some(rss) = resident_bytes() {
+            self.resident_bytes.set(i64::try_from(rss).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -194,4 +205,11 @@ impl EdgeCounters {
     pub fn get(&self, name: &str) -> u64 {
         self.snapshot().get(name).copied().unwrap_or(0)
     }
+}
+
+/// Resident set size of this process (Linux `/proc/self/statm`); None elsewhere.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

@@ -5,11 +5,14 @@
 //!   late, failing, disconnecting. Honest devices obey the client's own 2 s
 //!   answer ceiling; faults deliberately do not.
 //! - [`faults`] — weighted, seeded fault mixes for fleets.
+//! - [`soak`] — a faulty fleet plus a load driver through `tether-core`, with invariants.
 //!
-//! Architecture invariant: the harness depends on `tether-contract` only, so it
-//! exercises the edge exactly as a foreign device would.
+//! Architecture invariant: the harness never depends on `tether-edge`: devices
+//! speak only the contract, and the load driver goes through `tether-core`, so
+//! both exercise the edge exactly as foreign clients would.
 
 pub mod device;
 pub mod faults;
+pub mod soak;
 
 pub use device::{Behavior, DeviceSpec, SimDevice, SimHandle};

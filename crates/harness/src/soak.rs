@@ -1,0 +1,562 @@
+//! `tether soak`: a fleet of faulty simulated devices and a backend load driver
+//! that goes through `tether-core`, with the invariants that must hold.
+//!
+//! Invariants (each breaks the run's exit status):
+//! - **lost calls** — calls started minus terminal outcomes: 0;
+//! - **duplicate outcomes** — responses the backend link received for calls
+//!   that already had their outcome: 0;
+//! - **misrouted results** — a result whose echoed nonce or session is not the
+//!   call's own: 0;
+//! - **pending at end** — calls the edge still holds after the run: 0.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::mcp::ToolDeclaration;
+use tether_core::BackendLink;
+
+use crate::device::{tool, Behavior, DeviceSpec, SimDevice};
+use crate::faults::{Fault, FaultMix, SplitMix64};
+
+/// The default fault mix: mostly honest answers, every fault present.
+pub const DEFAULT_FAULTS: &str =
+    "answer=80,error=5,silent=1,late=2,twice=2,disconnect=1,navigate=4,malformed=2,oversize=1,flood=2";
+
+/// How the driver paces calls.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// A fixed number of callers, each calling back to back.
+    Concurrency(usize),
+    /// A fixed rate of calls per second (at most 10,000 in flight).
+    Rate(f64),
+}
+
+/// Everything a soak run needs.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// Edge address, `ws://host:port`.
+    pub edge: String,
+    /// A device token (`aud` tether-client).
+    pub client_token: String,
+    /// A backend token (`aud` tether-backend).
+    pub backend_token: String,
+    /// Simulated devices.
+    pub devices: usize,
+    /// How long to drive load.
+    pub duration: Duration,
+    /// Pacing.
+    pub load: Load,
+    /// Fault mix spec (see [`crate::faults`]).
+    pub faults: String,
+    /// Seed for every random choice.
+    pub seed: u64,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th.
+    pub p90: f64,
+    /// 99th.
+    pub p99: f64,
+    /// 99.9th.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        let ms = |us: u64| us as f64 / 1000.0;
+        if h.is_empty() {
+            return Percentiles::default();
+        }
+        Percentiles {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        }
+    }
+}
+
+/// One second of the run, for the plot.
+#[derive(Debug, Clone, Serialize)]
+pub struct Second {
+    /// Seconds since start.
+    pub t: u64,
+    /// Calls completed in this second.
+    pub calls: u64,
+    /// Latency percentiles of those calls.
+    pub latency: Percentiles,
+}
+
+/// What a soak run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakReport {
+    /// Devices requested.
+    pub devices: usize,
+    /// Seconds of load.
+    pub duration_s: f64,
+    /// The fault mix.
+    pub faults: String,
+    /// The seed.
+    pub seed: u64,
+    /// Calls started.
+    pub calls_started: u64,
+    /// Terminal outcomes by kind (`ok` or an error kind).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Started minus terminal outcomes (must be 0).
+    pub lost_calls: u64,
+    /// Second outcomes delivered to the backend (must be 0).
+    pub duplicate_outcomes: u64,
+    /// Results that belonged to another call or session (must be 0).
+    pub misrouted_results: u64,
+    /// Late answers the devices sent.
+    pub late_injected: u64,
+    /// Late answers the edge counted and dropped.
+    pub late_counted: u64,
+    /// Faults injected, by fault.
+    pub injected: BTreeMap<String, u64>,
+    /// Latency over all terminal outcomes.
+    pub latency_ms: Percentiles,
+    /// Calls completed per second.
+    pub calls_per_s: f64,
+    /// Edge resident memory at start, peak and end, in bytes.
+    pub edge_rss_bytes: [u64; 3],
+    /// Devices connected at the end of the load phase.
+    pub sessions_connected: u64,
+    /// Device reconnects after faults.
+    pub reconnects: u64,
+    /// Calls the edge still held after the run (must be 0).
+    pub pending_at_end: u64,
+    /// Per-second throughput and latency.
+    pub timeline: Vec<Second>,
+}
+
+impl SoakReport {
+    /// The invariants this report breaks, as sentences; empty means all held.
+    pub fn violations(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.lost_calls > 0 {
+            v.push(format!("{} calls never reached a terminal outcome", self.lost_calls));
+        }
+        if self.duplicate_outcomes > 0 {
+            v.push(format!("{} duplicate outcomes reached the backend", self.duplicate_outcomes));
+        }
+        if self.misrouted_results > 0 {
+            v.push(format!("{} results were delivered to the wrong call or session", self.misrouted_results));
+        }
+        if self.pending_at_end > 0 {
+            v.push(format!("{} calls were still pending at the edge after the run", self.pending_at_end));
+        }
+        if self.late_counted > self.late_injected {
+            v.push(format!(
+                "the edge counted {} late answers but only {} were sent",
+                self.late_counted, self.late_injected
+            ));
+        }
+        v
+    }
+
+    /// The report as a table for stderr.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let mut row = |k: &str, v: String| out.push_str(&format!("{k:<24} {v}\n"));
+        row("devices", self.devices.to_string());
+        row("duration", format!("{:.1} s", self.duration_s));
+        row("faults", self.faults.clone());
+        row("seed", self.seed.to_string());
+        row("calls started", self.calls_started.to_string());
+        for (k, n) in &self.outcomes {
+            row(&format!("  outcome {k}"), n.to_string());
+        }
+        row("lost calls", self.lost_calls.to_string());
+        row("duplicate outcomes", self.duplicate_outcomes.to_string());
+        row("misrouted results", self.misrouted_results.to_string());
+        row("late answers", format!("{} counted / {} injected", self.late_counted, self.late_injected));
+        let l = &self.latency_ms;
+        row(
+            "latency ms",
+            format!(
+                "p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+                l.p50, l.p90, l.p99, l.p999, l.max
+            ),
+        );
+        row("calls/s", format!("{:.0}", self.calls_per_s));
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let [a, b, c] = self.edge_rss_bytes;
+        row("edge RSS MiB", format!("start {:.1}  peak {:.1}  end {:.1}", mib(a), mib(b), mib(c)));
+        row("sessions connected", self.sessions_connected.to_string());
+        row("reconnects", self.reconnects.to_string());
+        row("pending at end", self.pending_at_end.to_string());
+        out
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    started: AtomicU64,
+    completed: AtomicU64,
+    misrouted: AtomicU64,
+    reconnects: AtomicU64,
+    outcomes: Mutex<BTreeMap<String, u64>>,
+    latency: Mutex<Option<Histogram<u64>>>,
+    second: Mutex<Option<Histogram<u64>>>,
+}
+
+fn histogram() -> Option<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).ok()
+}
+
+impl Tally {
+    fn record(&self, outcome: &str, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
+        *lock(&self.outcomes).entry(outcome.to_owned()).or_default() += 1;
+        if let Some(h) = lock(&self.latency).as_mut() {
+            let _ = h.record(us);
+        }
+        if let Some(h) = lock(&self.second).as_mut() {
+            let _ = h.record(us);
+        }
+        self.completed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Metrics the soak reads from the edge's `/metrics`.
+#[derive(Debug, Default, Clone, Copy)]
+struct EdgeSample {
+    rss: u64,
+    late: u64,
+    in_flight: u64,
+    sessions: u64,
+}
+
+async fn scrape(edge: &str) -> Option<EdgeSample> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = edge.trim_start_matches("ws://").trim_end_matches('/');
+    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut text)).await.ok()?.ok()?;
+    let get = |series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+            .map_or(0, |v| v as u64)
+    };
+    Some(EdgeSample {
+        rss: get("tether_process_resident_bytes "),
+        late: get("tether_late_answers_total "),
+        in_flight: get("tether_calls_in_flight "),
+        sessions: get("tether_sessions "),
+    })
+}
+
+fn over_cap_tools() -> Vec<ToolDeclaration> {
+    (0..40)
+        .map(|i| {
+            let mut t = tool(&format!("bulk_{i:02}"));
+            t.description = Some("d".repeat(300 + i * 7));
+            t
+        })
+        .collect()
+}
+
+/// Runs a soak and returns its report (the caller decides what a violation does).
+pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
+    let mix = Arc::new(FaultMix::parse(&cfg.faults, cfg.seed)?);
+    let link = Arc::new(
+        BackendLink::connect(&cfg.edge, &cfg.backend_token)
+            .await
+            .map_err(|e| format!("backend link: {e}"))?,
+    );
+    let start_sample = scrape(&cfg.edge).await.unwrap_or_default();
+    let live: Arc<Mutex<Vec<String>>> = Arc::default();
+    let tally = Arc::new(Tally {
+        latency: Mutex::new(histogram()),
+        second: Mutex::new(histogram()),
+        ..Tally::default()
+    });
+    let started_at = Instant::now();
+    let load_end = started_at + cfg.duration;
+    // Devices keep reconnecting until the driver is done plus a grace period.
+    let fleet_end = load_end + Duration::from_secs(15);
+
+    let mut device_tasks = Vec::with_capacity(cfg.devices);
+    for i in 0..cfg.devices {
+        let (edge, token, mix, live, tally) = (
+            cfg.edge.clone(),
+            cfg.client_token.clone(),
+            Arc::clone(&mix),
+            Arc::clone(&live),
+            Arc::clone(&tally),
+        );
+        device_tasks.push(tokio::spawn(async move {
+            let tools = if i % 25 == 24 { over_cap_tools() } else { vec![tool("op")] };
+            let mut first = true;
+            while Instant::now() < fleet_end {
+                let mut spec = DeviceSpec::minimal(tools.clone());
+                // An over-cap catalog does not fit one frame: page it, as a real device must.
+                spec.page_size = Some(8);
+                spec.default_behavior = Behavior::Mixed(Arc::clone(&mix));
+                let Ok(mut dev) = SimDevice::connect(&edge, &token, spec).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                if !first {
+                    tally.reconnects.fetch_add(1, Ordering::Relaxed);
+                }
+                first = false;
+                let Some(session) = dev.session_id().await else { continue };
+                // Give the edge a moment to finish the catalog read before offering the session.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                lock(&live).push(session.clone());
+                tokio::select! {
+                    _ = dev.closed() => {}
+                    _ = tokio::time::sleep_until(fleet_end) => dev.disconnect().await,
+                }
+                lock(&live).retain(|s| *s != session);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+    }
+    // Wait for the fleet to come up (bounded).
+    let up_deadline = Instant::now() + Duration::from_secs(30);
+    while lock(&live).len() < cfg.devices * 9 / 10 && Instant::now() < up_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let bar = if cfg.progress {
+        let bar = indicatif::ProgressBar::new(cfg.duration.as_secs().max(1));
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len}s {msg}")
+        {
+            bar.set_style(style);
+        }
+        Some(bar)
+    } else {
+        None
+    };
+
+    let call_one = {
+        let (link, live, tally) = (Arc::clone(&link), Arc::clone(&live), Arc::clone(&tally));
+        move |nonce: u64, rng: &mut SplitMix64| {
+            let target = {
+                let live = lock(&live);
+                if live.is_empty() {
+                    None
+                } else {
+                    Some(live[rng.below(live.len() as u64) as usize].clone())
+                }
+            };
+            let (link, tally) = (Arc::clone(&link), Arc::clone(&tally));
+            async move {
+                let Some(session) = target else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    return;
+                };
+                tally.started.fetch_add(1, Ordering::Relaxed);
+                let t0 = Instant::now();
+                let params = CallParams {
+                    session: session.clone(),
+                    name: "client__op".into(),
+                    arguments: json!({ "nonce": nonce }),
+                    meta: CallMeta { budget_ms: Some(12_000), ..CallMeta::default() },
+                };
+                let outcome = link.call(params, Duration::from_secs(12)).await;
+                let kind = match &outcome {
+                    Ok(resp) => {
+                        let sc = resp.result.structured_content.as_ref();
+                        if resp.result.is_error {
+                            "client_error (isError)".to_owned()
+                        } else {
+                            let echoed_nonce = sc.and_then(|s| s["arguments"]["nonce"].as_u64());
+                            let echoed_session = sc.and_then(|s| s["session"].as_str());
+                            if echoed_nonce != Some(nonce) || echoed_session != Some(session.as_str()) {
+                                tally.misrouted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            "ok".to_owned()
+                        }
+                    }
+                    Err(e) => e.kind.as_str().to_owned(),
+                };
+                tally.record(&kind, t0.elapsed());
+            }
+        }
+    };
+
+    let mut timeline = Vec::new();
+    let mut peak_rss = start_sample.rss;
+    let mut nonce = 0u64;
+    let sampler_tally = Arc::clone(&tally);
+    let mut last_completed = 0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut workers = tokio::task::JoinSet::new();
+    match cfg.load {
+        Load::Concurrency(c) => {
+            for w in 0..c {
+                let call_one = call_one.clone();
+                let seed = cfg.seed ^ (w as u64).wrapping_mul(0x9E37_79B9);
+                workers.spawn(async move {
+                    let mut rng = SplitMix64::new(seed);
+                    let mut n = 0u64;
+                    while Instant::now() < load_end {
+                        n += 1;
+                        call_one((w as u64) << 40 | n, &mut rng).await;
+                    }
+                });
+            }
+        }
+        Load::Rate(_) => {}
+    }
+    let mut rng = SplitMix64::new(cfg.seed);
+    let mut second = 0u64;
+    let rate_interval = match cfg.load {
+        Load::Rate(r) if r > 0.0 => Some(Duration::from_secs_f64(1.0 / r)),
+        _ => None,
+    };
+    let mut pace = rate_interval.map(tokio::time::interval);
+    loop {
+        let now = Instant::now();
+        if now >= load_end {
+            break;
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                second += 1;
+                let completed = sampler_tally.completed.load(Ordering::Relaxed);
+                let h = std::mem::replace(&mut *lock(&sampler_tally.second), histogram());
+                timeline.push(Second {
+                    t: second,
+                    calls: completed - last_completed,
+                    latency: h.as_ref().map(Percentiles::of).unwrap_or_default(),
+                });
+                last_completed = completed;
+                if let Some(s) = scrape(&cfg.edge).await {
+                    peak_rss = peak_rss.max(s.rss);
+                }
+                if let Some(bar) = &bar {
+                    bar.set_position(second);
+                    let outcomes = lock(&sampler_tally.outcomes).get("ok").copied().unwrap_or(0);
+                    bar.set_message(format!("{} calls/s, {} ok, {} live", timeline.last().map_or(0, |s| s.calls), outcomes, lock(&live).len()));
+                }
+            }
+            _ = async { if let Some(p) = pace.as_mut() { p.tick().await; } else { std::future::pending::<()>().await } } => {
+                if workers.len() < 10_000 {
+                    nonce += 1;
+                    workers.spawn(call_one(u64::MAX / 2 + nonce, &mut rng));
+                }
+            }
+        }
+    }
+    // Every started call must come back: the per-tool budget bounds the wait.
+    while workers.join_next().await.is_some() {}
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let elapsed = started_at.elapsed();
+    let sessions_connected = scrape(&cfg.edge).await.map_or_else(|| lock(&live).len() as u64, |s| s.sessions);
+    // Every call has joined, so every late answer (7.5 s after its call began)
+    // is at most moments away; let it land, then read the edge.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let end = scrape(&cfg.edge).await.unwrap_or_default();
+    peak_rss = peak_rss.max(end.rss);
+    for d in device_tasks {
+        d.abort();
+    }
+
+    let started = tally.started.load(Ordering::Relaxed);
+    let completed = tally.completed.load(Ordering::Relaxed);
+    let latency = lock(&tally.latency).as_ref().map(Percentiles::of).unwrap_or_default();
+    let injected = Fault::ALL.iter().map(|f| (f.name().to_owned(), mix.injected(*f))).collect();
+    let outcomes = lock(&tally.outcomes).clone();
+    Ok(SoakReport {
+        devices: cfg.devices,
+        duration_s: elapsed.as_secs_f64(),
+        faults: cfg.faults.clone(),
+        seed: cfg.seed,
+        calls_started: started,
+        outcomes,
+        lost_calls: started.saturating_sub(completed),
+        duplicate_outcomes: link.counters().get("late_responses"),
+        misrouted_results: tally.misrouted.load(Ordering::Relaxed),
+        late_injected: mix.injected(Fault::Late),
+        late_counted: end.late.saturating_sub(start_sample.late),
+        injected,
+        latency_ms: latency,
+        calls_per_s: completed as f64 / elapsed.as_secs_f64().max(0.001),
+        edge_rss_bytes: [start_sample.rss, peak_rss, end.rss],
+        sessions_connected,
+        reconnects: tally.reconnects.load(Ordering::Relaxed),
+        pending_at_end: end.in_flight,
+        timeline,
+    })
+}
+
+/// Writes an SVG with throughput and latency percentiles over time.
+pub fn plot(report: &SoakReport, path: &std::path::Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(300);
+    let secs = report.timeline.len().max(1) as u64;
+    let max_calls = report.timeline.iter().map(|s| s.calls).max().unwrap_or(1).max(1);
+    let mut chart = ChartBuilder::on(&top)
+        .caption("calls completed per second", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0u64..secs, 0u64..max_calls + max_calls / 10)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| e.to_string())?;
+    chart
+        .draw_series(LineSeries::new(report.timeline.iter().map(|s| (s.t, s.calls)), &BLUE))
+        .map_err(|e| e.to_string())?;
+    let max_ms = report.timeline.iter().map(|s| s.latency.p99).fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("latency per second (ms): p50 green, p90 orange, p99 red", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0u64..secs, 0f64..max_ms * 1.1)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| e.to_string())?;
+    type Pick = fn(&Percentiles) -> f64;
+    let series: [(Pick, RGBColor); 3] =
+        [(|p| p.p50, GREEN), (|p| p.p90, RGBColor(255, 140, 0)), (|p| p.p99, RED)];
+    for (pick, color) in series {
+        chart
+            .draw_series(LineSeries::new(report.timeline.iter().map(|s| (s.t, pick(&s.latency))), &color))
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The JSON form of a report.
+pub fn to_json(report: &SoakReport) -> Value {
+    serde_json::to_value(report).unwrap_or(Value::Null)
+}
