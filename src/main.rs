@@ -139,6 +139,31 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Measure tether against a bare tokio-tungstenite relay in the same run.
+    Bench {
+        /// Seconds per throughput measurement.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Sessions for the idle-memory measurement.
+        #[arg(long, default_value_t = 10_000)]
+        idle_sessions: usize,
+        /// Only the 100-session rows, 2,000 idle sessions, 2 s each (a smoke run).
+        #[arg(long)]
+        quick: bool,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The bare relay the bench compares with (no auth, no validation: never expose it).
+    #[command(hide = true)]
+    Relay {
+        /// Loopback address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Keep tungstenite's default 128 KiB buffers.
+        #[arg(long)]
+        default_buffers: bool,
+    },
     /// List connected sessions.
     Sessions {
         /// Edge address.
@@ -261,6 +286,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             if resolved.is_fatal() {
                 return Err("configuration cannot start the edge (see the errors above)".into());
+            }
+            // Every session is a socket: lift the soft fd limit to the hard one.
+            if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+                tracing::warn!(error = %e, "could not raise the open-file limit");
             }
             let degraded = resolved.issues.len() as u64;
             let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
@@ -452,6 +481,40 @@ async fn run(cli: Cli) -> Result<(), String> {
             } else {
                 Err(format!("soak invariants broken: {}", violations.join("; ")))
             }
+        }
+        Command::Bench { seconds, idle_sessions, quick, json } => {
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let cfg = tether_harness::bench::BenchConfig {
+                exe,
+                seconds: if quick { 2 } else { seconds },
+                idle_sessions: if quick { 2_000 } else { idle_sessions },
+                quick,
+            };
+            let report = tether_harness::bench::run(cfg).await?;
+            println!("{}", report.table());
+            if let Some(path) = json {
+                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            Ok(())
+        }
+        Command::Relay { listen, default_buffers } => {
+            if !listen.ip().is_loopback() {
+                return Err("the bare relay has no auth; it only listens on loopback".into());
+            }
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let buffers = if default_buffers {
+                tether_harness::relay::Buffers::Default
+            } else {
+                tether_harness::relay::Buffers::Small
+            };
+            let addr =
+                tether_harness::relay::bind_and_serve(listen, buffers).await.map_err(|e| e.to_string())?;
+            let _ = writeln!(std::io::stdout(), "listening on ws://{addr}")
+                .and_then(|()| std::io::stdout().flush());
+            std::future::pending::<()>().await;
+            Ok(())
         }
         Command::Sessions { edge, data_dir } => {
             let token = keys(data_dir)?

@@ -83,6 +83,8 @@ pub struct DeviceSpec {
     pub default_behavior: Behavior,
     /// The client's own answer ceiling (2 s by default).
     pub answer_ceiling: Duration,
+    /// Keep every received call in [`Observed`] (off for load, where it would grow without bound).
+    pub record_calls: bool,
 }
 
 /// Why a device spec could not be built.
@@ -130,6 +132,7 @@ impl DeviceSpec {
             behaviors: HashMap::new(),
             default_behavior: Behavior::Answer { latency: Duration::ZERO },
             answer_ceiling: Duration::from_secs(2),
+            record_calls: true,
         }
     }
 
@@ -399,12 +402,14 @@ async fn handle_request(
             let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
             let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
             let call_meta = params.get("_meta").cloned().unwrap_or(Value::Null);
-            lock(&observed.calls).push(ReceivedCall {
-                id: id.clone(),
-                name: name.clone(),
-                arguments: arguments.clone(),
-                meta: call_meta,
-            });
+            if state.spec.record_calls {
+                lock(&observed.calls).push(ReceivedCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    meta: call_meta,
+                });
+            }
             let behavior = state
                 .spec
                 .behaviors

@@ -321,6 +321,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
                 let mut spec = DeviceSpec::minimal(tools.clone());
                 // An over-cap catalog does not fit one frame: page it, as a real device must.
                 spec.page_size = Some(8);
+                spec.record_calls = false;
                 spec.default_behavior = Behavior::Mixed(Arc::clone(&mix));
                 let Ok(mut dev) = SimDevice::connect(&edge, &token, spec).await else {
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,0 +1,481 @@
+//! `tether bench`: a fixed, repeatable set of measurements of tether against
+//! the bare relay ([`crate::relay`]) in the same run, on the same machine.
+//!
+//! The server under test runs in its own process so its CPU time and memory
+//! can be read from `/proc`; devices and the load driver run in this one.
+//! Edge CPU per call is the figure that survives a crowded machine.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_core::BackendLink;
+
+use crate::device::{tool, Behavior, DeviceSpec, SimDevice, SimHandle};
+use crate::faults::FaultMix;
+
+/// What a bench run needs.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// The `tether` binary (to spawn `serve` and `relay`).
+    pub exe: PathBuf,
+    /// Seconds per throughput measurement.
+    pub seconds: u64,
+    /// Sessions for the idle-memory measurement.
+    pub idle_sessions: usize,
+    /// Skip the 1,000-session rows and use fewer idle sessions.
+    pub quick: bool,
+}
+
+/// The server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Target {
+    /// The bare relay with tungstenite's default buffers.
+    BareDefault,
+    /// The bare relay with a 4 KiB read buffer (the baseline).
+    Bare,
+    /// tether.
+    Tether,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::BareDefault => "bare (128 KiB buffers)",
+            Target::Bare => "bare (4 KiB buffers)",
+            Target::Tether => "tether",
+        }
+    }
+}
+
+const SECRET: &str = "tether-bench-secret-0123456789abcdef";
+
+struct Server {
+    child: Child,
+    url: String,
+    pid: u32,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(exe: &PathBuf, target: Target) -> Result<Server, String> {
+        let mut cmd = Command::new(exe);
+        match target {
+            Target::Tether => {
+                let dir = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
+                cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir);
+                cmd.env("TETHER_JWT_SECRET", SECRET);
+            }
+            Target::Bare => {
+                cmd.args(["relay", "--listen", "127.0.0.1:0"]);
+            }
+            Target::BareDefault => {
+                cmd.args(["relay", "--listen", "127.0.0.1:0", "--default-buffers"]);
+            }
+        }
+        cmd.env("RUST_LOG", "error").stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
+        let mut child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", exe.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        let addr =
+            line.trim().strip_prefix("listening on ").ok_or_else(|| format!("unexpected output {line:?}"))?;
+        let pid = child.id();
+        Ok(Server { child, url: addr.to_owned(), pid })
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 Hz on Linux).
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let f: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        // After ")": state is not numeric, so f[0] is ppid (field 4); utime is field 14 → f[10].
+        let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+        ticks as f64 / 100.0
+    }
+
+    fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+}
+
+fn tokens() -> Result<(String, String), String> {
+    // Minted here with the same secret the spawned edge is given.
+    let keys = tether_core_keys::Keys::new(SECRET.as_bytes());
+    Ok((keys.issue("bench-device", "tether-client")?, keys.issue("bench-driver", "tether-backend")?))
+}
+
+/// A tiny HS256 signer so the harness needs no edge code: the claims tether requires.
+mod tether_core_keys {
+    pub(super) struct Keys(Vec<u8>);
+    impl Keys {
+        pub(super) fn new(secret: &[u8]) -> Keys {
+            Keys(secret.to_vec())
+        }
+        pub(super) fn issue(&self, sub: &str, aud: &str) -> Result<String, String> {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let claims =
+                serde_json::json!({"sub": sub, "aud": aud, "nbf": now, "iat": now, "exp": now + 86_400});
+            jsonwebtoken::encode(
+                &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+                &claims,
+                &jsonwebtoken::EncodingKey::from_secret(&self.0),
+            )
+            .map_err(|e| e.to_string())
+        }
+    }
+}
+
+async fn connect_devices(url: &str, token: &str, n: usize, spec: &DeviceSpec) -> Vec<(SimHandle, String)> {
+    let mut out = Vec::with_capacity(n);
+    let mut pending = tokio::task::JoinSet::new();
+    let mut started = 0;
+    while out.len() < n {
+        while started < n && pending.len() < 128 {
+            let (url, token, spec) = (url.to_owned(), token.to_owned(), spec.clone());
+            pending.spawn(async move {
+                for _ in 0..5 {
+                    if let Ok(mut dev) = SimDevice::connect(&url, &token, spec.clone()).await {
+                        if let Some(id) = dev.session_id().await {
+                            return Some((dev, id));
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                None
+            });
+            started += 1;
+        }
+        match pending.join_next().await {
+            Some(Ok(Some(d))) => out.push(d),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    out
+}
+
+async fn wait_listed(link: &BackendLink, n: usize) {
+    for _ in 0..600 {
+        if link.sessions(Duration::from_secs(5)).await.map(|l| l.sessions.len() >= n).unwrap_or(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One throughput measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Server under test.
+    pub target: Target,
+    /// Connected sessions.
+    pub sessions: usize,
+    /// Calls in flight.
+    pub in_flight: usize,
+    /// Whether every result moved the seq (forcing a catalog re-read).
+    pub reread: bool,
+    /// Calls completed in the window.
+    pub calls: u64,
+    /// Calls that failed.
+    pub errors: u64,
+    /// Calls per second.
+    pub calls_per_s: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
+    /// 99th percentile latency, µs.
+    pub p99_us: u64,
+    /// Server CPU (user + system) per completed call, µs.
+    pub cpu_us_per_call: f64,
+}
+
+async fn throughput(
+    cfg: &BenchConfig,
+    target: Target,
+    sessions: usize,
+    in_flight: usize,
+    reread: bool,
+) -> Result<Row, String> {
+    let server = Server::start(&cfg.exe, target)?;
+    let (device_token, backend_token) = tokens()?;
+    let mut spec = DeviceSpec::minimal(vec![tool("op")]);
+    spec.record_calls = false;
+    if reread {
+        spec.default_behavior = Behavior::Mixed(Arc::new(FaultMix::parse("navigate=1", 1)?));
+    }
+    let devices = connect_devices(&server.url, &device_token, sessions, &spec).await;
+    let ids: Arc<Vec<String>> = Arc::new(devices.iter().map(|(_, id)| id.clone()).collect());
+    let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
+    if target == Target::Tether {
+        wait_listed(&link, ids.len()).await;
+    }
+    let name = if target == Target::Tether { "client__op" } else { "op" };
+    let calls = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let warmup = Instant::now() + Duration::from_millis(500);
+    let end = warmup + Duration::from_secs(cfg.seconds);
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..in_flight {
+        let (link, ids, calls, errors) =
+            (Arc::clone(&link), Arc::clone(&ids), Arc::clone(&calls), Arc::clone(&errors));
+        workers.spawn(async move {
+            let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).ok();
+            let mut i = w;
+            loop {
+                let now = Instant::now();
+                if now >= end || ids.is_empty() {
+                    break;
+                }
+                i = (i + 7919) % ids.len();
+                let params = CallParams {
+                    session: ids[i].clone(),
+                    name: name.into(),
+                    arguments: json!({"n": i}),
+                    meta: CallMeta { budget_ms: Some(12_000), ..CallMeta::default() },
+                };
+                let ok = link.call(params, Duration::from_secs(12)).await.is_ok();
+                if now >= warmup {
+                    if ok {
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        if let Some(h) = h.as_mut() {
+                            let _ =
+                                h.record(u64::try_from(now.elapsed().as_micros()).unwrap_or(u64::MAX).max(1));
+                        }
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            h
+        });
+    }
+    tokio::time::sleep_until(warmup).await;
+    let cpu0 = server.cpu_seconds();
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    while let Some(r) = workers.join_next().await {
+        if let Ok(Some(h)) = r {
+            let _ = all.add(h);
+        }
+    }
+    let cpu = server.cpu_seconds() - cpu0;
+    let n = calls.load(Ordering::Relaxed);
+    drop(devices);
+    Ok(Row {
+        target,
+        sessions,
+        in_flight,
+        reread,
+        calls: n,
+        errors: errors.load(Ordering::Relaxed),
+        calls_per_s: n as f64 / cfg.seconds as f64,
+        p50_us: all.value_at_quantile(0.5),
+        p99_us: all.value_at_quantile(0.99),
+        cpu_us_per_call: if n > 0 { cpu * 1e6 / n as f64 } else { 0.0 },
+    })
+}
+
+/// Idle memory per session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Idle {
+    /// Server under test.
+    pub target: Target,
+    /// Sessions connected.
+    pub sessions: usize,
+    /// RSS growth divided by sessions, bytes.
+    pub bytes_per_session: f64,
+}
+
+async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, String> {
+    let server = Server::start(&cfg.exe, target)?;
+    let (device_token, backend_token) = tokens()?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = server.rss_bytes();
+    let mut spec = DeviceSpec::minimal(vec![tool("op")]);
+    spec.record_calls = false;
+    let devices = connect_devices(&server.url, &device_token, cfg.idle_sessions, &spec).await;
+    if target == Target::Tether {
+        let link = BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?;
+        wait_listed(&link, devices.len()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = server.rss_bytes();
+    let n = devices.len();
+    drop(devices);
+    Ok(Idle { target, sessions: n, bytes_per_session: after.saturating_sub(before) as f64 / n.max(1) as f64 })
+}
+
+/// Time from a device socket closing to `channel_closed` at the backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailFast {
+    /// Calls in flight when their devices closed.
+    pub calls: usize,
+    /// 50th percentile, µs.
+    pub p50_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// Calls that ended in `channel_closed`.
+    pub channel_closed: usize,
+}
+
+async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
+    let server = Server::start(&cfg.exe, Target::Tether)?;
+    let (device_token, backend_token) = tokens()?;
+    let mut spec = DeviceSpec::minimal(vec![tool("op")]);
+    spec.record_calls = false;
+    spec.default_behavior = Behavior::Silent;
+    let n = 100;
+    let devices = connect_devices(&server.url, &device_token, n, &spec).await;
+    let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
+    wait_listed(&link, devices.len()).await;
+    let mut calls = Vec::new();
+    for (_, id) in &devices {
+        let link = Arc::clone(&link);
+        let params = CallParams {
+            session: id.clone(),
+            name: "client__op".into(),
+            arguments: json!({}),
+            meta: CallMeta::default(),
+        };
+        calls.push(tokio::spawn(async move {
+            let r = link.call(params, Duration::from_secs(12)).await;
+            (r.err().map(|e| e.kind), Instant::now())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut closed_at = Vec::new();
+    for (dev, _) in &devices {
+        closed_at.push(Instant::now());
+        dev.disconnect().await;
+    }
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut closed = 0;
+    for (c, t0) in calls.into_iter().zip(closed_at) {
+        if let Ok((kind, at)) = c.await {
+            if kind == Some(tether_contract::ErrorKind::ChannelClosed) {
+                closed += 1;
+            }
+            let _ = h.record(
+                u64::try_from(at.saturating_duration_since(t0).as_micros()).unwrap_or(u64::MAX).max(1),
+            );
+        }
+    }
+    Ok(FailFast {
+        calls: n,
+        p50_us: h.value_at_quantile(0.5),
+        p99_us: h.value_at_quantile(0.99),
+        channel_closed: closed,
+    })
+}
+
+/// Everything a bench run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Throughput rows.
+    pub rows: Vec<Row>,
+    /// Idle memory per target.
+    pub idle: Vec<Idle>,
+    /// tether's fail-fast latency.
+    pub fail_fast: FailFast,
+}
+
+/// Runs the fixed bench set.
+pub async fn run(cfg: BenchConfig) -> Result<BenchReport, String> {
+    let session_counts: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
+    let mut rows = Vec::new();
+    for &sessions in session_counts {
+        for &in_flight in &[1usize, 64, 256] {
+            for target in [Target::BareDefault, Target::Bare, Target::Tether] {
+                eprintln!("bench: {} sessions={sessions} in_flight={in_flight}", target.name());
+                rows.push(throughput(&cfg, target, sessions, in_flight, false).await?);
+            }
+        }
+    }
+    for target in [Target::Bare, Target::Tether] {
+        eprintln!("bench: {} reread on every call", target.name());
+        rows.push(throughput(&cfg, target, 100, 64, true).await?);
+    }
+    let mut idle_rows = Vec::new();
+    for target in [Target::BareDefault, Target::Bare, Target::Tether] {
+        eprintln!("bench: {} idle memory at {} sessions", target.name(), cfg.idle_sessions);
+        idle_rows.push(idle(&cfg, target).await?);
+    }
+    eprintln!("bench: tether fail-fast");
+    let fail_fast = fail_fast(&cfg).await?;
+    Ok(BenchReport { rows, idle: idle_rows, fail_fast })
+}
+
+impl BenchReport {
+    /// The report as one table, with ratios against the bare relay (4 KiB) measured in the same run.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        out.push_str("| target | sessions | in flight | seq moves | calls/s | × bare | p50 µs | p99 µs | CPU µs/call | × bare | errors |\n");
+        out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &self.rows {
+            let base = self.rows.iter().find(|b| {
+                b.target == Target::Bare
+                    && b.sessions == r.sessions
+                    && b.in_flight == r.in_flight
+                    && !b.reread
+            });
+            let ratio = |x: f64, y: Option<f64>| {
+                y.filter(|y| *y > 0.0).map_or("—".into(), |y| format!("{:.2}", x / y))
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {} |\n",
+                r.target.name(),
+                r.sessions,
+                r.in_flight,
+                if r.reread { "every call" } else { "never" },
+                r.calls_per_s,
+                ratio(r.calls_per_s, base.map(|b| b.calls_per_s)),
+                r.p50_us,
+                r.p99_us,
+                r.cpu_us_per_call,
+                ratio(r.cpu_us_per_call, base.map(|b| b.cpu_us_per_call)),
+                r.errors,
+            ));
+        }
+        let bare = self.idle.iter().find(|i| i.target == Target::Bare).map(|i| i.bytes_per_session);
+        out.push_str("\n| target | idle sessions | KiB per session | × bare |\n|---|---|---|---|\n");
+        for i in &self.idle {
+            let ratio =
+                bare.filter(|b| *b > 0.0).map_or("—".into(), |b| format!("{:.2}", i.bytes_per_session / b));
+            out.push_str(&format!(
+                "| {} | {} | {:.1} | {} |\n",
+                i.target.name(),
+                i.sessions,
+                i.bytes_per_session / 1024.0,
+                ratio
+            ));
+        }
+        let f = &self.fail_fast;
+        out.push_str(&format!(
+            "\nfail-fast (tether): {} calls in flight, {} got channel_closed; socket close → backend p50 {} µs, p99 {} µs\n",
+            f.calls, f.channel_closed, f.p50_us, f.p99_us
+        ));
+        out
+    }
+}
