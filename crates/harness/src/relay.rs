@@ -63,8 +63,15 @@ pub async fn bind_and_serve(addr: SocketAddr, buffers: Buffers) -> std::io::Resu
 #[allow(clippy::result_large_err)]
 async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfig) {
     let mut path = String::new();
-    let callback = |req: &Request, resp: Response| {
+    let callback = |req: &Request, mut resp: Response| {
         path = req.uri().path().to_owned();
+        if let Some(p) = req.headers().get("sec-websocket-protocol") {
+            // Echo the first offered subprotocol, as a client that offers one requires.
+            let first = p.to_str().unwrap_or_default().split(',').next().unwrap_or_default().trim().to_owned();
+            if let Ok(v) = first.parse() {
+                resp.headers_mut().insert("sec-websocket-protocol", v);
+            }
+        }
         Ok(resp)
     };
     let Ok(ws) = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await else {
