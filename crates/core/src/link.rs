@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, warn};
@@ -124,7 +125,10 @@ impl BackendLink {
         let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| WireError::new(ErrorKind::Unauthenticated, "token is not a valid header value"))?;
         request.headers_mut().insert("authorization", bearer);
-        let (ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| match e {
+        // Nagle off: a request is one small frame, and delayed ACKs would stall it ~40 ms.
+        let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
+        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+        let (ws, _) = connecting.await.map_err(|e| match e {
             WsError::Http(resp) if resp.status().as_u16() == 401 => {
                 let body =
                     resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();

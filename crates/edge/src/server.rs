@@ -248,7 +248,9 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let head = tokio::select! {
-        r = tokio::time::timeout(hub.config.handshake_timeout, crate::http::read_head(&mut stream)) => r,
+        // Boxed: the head buffer and the handshake state are needed once, and
+        // unboxed they would stay in this task's future for the session's life.
+        r = tokio::time::timeout(hub.config.handshake_timeout, Box::pin(crate::http::read_head(&mut stream))) => r,
         _ = shutdown.cancelled() => return,
     };
     let head = match head {
@@ -282,7 +284,7 @@ async fn connection(
         Ok(resp)
     };
     let config = crate::ws::ws_config(&hub.config.caps);
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config));
+    let handshake = Box::pin(tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)));
     let ws = tokio::select! {
         r = tokio::time::timeout(hub.config.handshake_timeout, handshake) => r,
         _ = shutdown.cancelled() => return,

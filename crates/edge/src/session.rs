@@ -645,7 +645,7 @@ impl Session {
                 _ = self.refresh.notified() => {}
                 _ = self.closed.cancelled() => return,
             }
-            if let Err(e) = self.read_catalog(budget).await {
+            if let Err(e) = Box::pin(self.read_catalog(budget)).await {
                 EdgeCounters::bump(&self.counters().reread_failures);
                 warn!(session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
             }
@@ -685,7 +685,8 @@ pub async fn serve_client<S, W>(
     let lifecycle = tokio::spawn(
         async move {
             let s = lifecycle_session;
-            match s.initialize().await {
+            // Boxed so the idle task keeps only the refresher's small state.
+            match Box::pin(s.initialize()).await {
                 Ok(()) => {
                     EdgeCounters::bump(&s.counters().sessions_opened);
                     let seq = s.manifest.seq().unwrap_or(0);

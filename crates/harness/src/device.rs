@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 use tracing::debug;
@@ -250,7 +251,9 @@ impl SimDevice {
             request.headers_mut().insert("authorization", v);
         }
         request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static(CLIENT_SUBPROTOCOL));
-        let (ws, _) = tokio_tungstenite::connect_async(request).await?;
+        // Nagle off, small read buffer: a device answers in small frames.
+        let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true).await?;
         Ok(SimDevice::spawn(ws, spec))
     }
 

@@ -67,7 +67,8 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
         path = req.uri().path().to_owned();
         if let Some(p) = req.headers().get("sec-websocket-protocol") {
             // Echo the first offered subprotocol, as a client that offers one requires.
-            let first = p.to_str().unwrap_or_default().split(',').next().unwrap_or_default().trim().to_owned();
+            let first =
+                p.to_str().unwrap_or_default().split(',').next().unwrap_or_default().trim().to_owned();
             if let Ok(v) = first.parse() {
                 resp.headers_mut().insert("sec-websocket-protocol", v);
             }
