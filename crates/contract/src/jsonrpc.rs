@@ -5,6 +5,7 @@
 //! input with a structured error instead of dropping it. Ids are kept as raw
 //! JSON values because peers may use numbers or strings.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorKind, WireError};
@@ -120,30 +121,94 @@ pub fn classify(value: Value) -> Result<Frame, FrameError> {
     }
 }
 
+// Frames are serialized straight from borrowed parts: building a `json!` tree
+// first cost a map insert per member and a tree drop per frame (the profile's
+// top entries, docs/PERFORMANCE.md).
+#[derive(Serialize)]
+struct Out<'a, T: Serialize + ?Sized, E: Serialize + ?Sized> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a E>,
+}
+
+fn write<T: Serialize + ?Sized, E: Serialize + ?Sized>(out: &Out<'_, T, E>) -> String {
+    // Serializing these shapes into a String cannot fail.
+    serde_json::to_string(out).unwrap_or_default()
+}
+
 /// Serializes a request.
-pub fn request(id: &Value, method: &str, params: &Value) -> String {
-    serde_json::json!({"jsonrpc": VERSION, "id": id, "method": method, "params": params}).to_string()
+pub fn request<P: Serialize + ?Sized>(id: &Value, method: &str, params: &P) -> String {
+    write::<P, Value>(&Out {
+        jsonrpc: VERSION,
+        id: Some(id),
+        method: Some(method),
+        params: Some(params),
+        result: None,
+        error: None,
+    })
 }
 
 /// Serializes a notification.
-pub fn notification(method: &str, params: &Value) -> String {
-    serde_json::json!({"jsonrpc": VERSION, "method": method, "params": params}).to_string()
+pub fn notification<P: Serialize + ?Sized>(method: &str, params: &P) -> String {
+    write::<P, Value>(&Out {
+        jsonrpc: VERSION,
+        id: None,
+        method: Some(method),
+        params: Some(params),
+        result: None,
+        error: None,
+    })
 }
 
-/// Serializes a success response.
-pub fn response(id: &Value, result: &Value) -> String {
-    serde_json::json!({"jsonrpc": VERSION, "id": id, "result": result}).to_string()
+/// Serializes a success response; `result` may be any serializable value (no tree is built).
+pub fn response<R: Serialize + ?Sized>(id: &Value, result: &R) -> String {
+    write::<R, Value>(&Out {
+        jsonrpc: VERSION,
+        id: Some(id),
+        method: None,
+        params: None,
+        result: Some(result),
+        error: None,
+    })
 }
 
 /// Serializes an error response.
 pub fn error_response(id: &Value, error: &WireError) -> String {
-    serde_json::json!({"jsonrpc": VERSION, "id": id, "error": error.to_json()}).to_string()
+    write::<Value, Value>(&Out {
+        jsonrpc: VERSION,
+        id: Some(id),
+        method: None,
+        params: None,
+        result: None,
+        error: Some(&error.to_json()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn serialized_frames_are_what_the_parser_reads() {
+        let id = json!(7);
+        assert_eq!(
+            request(&id, "m", &json!({"a": 1})),
+            r#"{"jsonrpc":"2.0","id":7,"method":"m","params":{"a":1}}"#
+        );
+        assert_eq!(notification("n", &json!({})), r#"{"jsonrpc":"2.0","method":"n","params":{}}"#);
+        assert_eq!(response(&id, &json!({"ok": true})), r#"{"jsonrpc":"2.0","id":7,"result":{"ok":true}}"#);
+        let err = error_response(&id, &WireError::new(ErrorKind::Timeout, "t"));
+        assert!(matches!(parse(&err), Ok(Frame::Response { outcome: Err(_), .. })));
+    }
 
     #[test]
     fn classifies_the_three_shapes() {

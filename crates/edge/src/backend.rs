@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use futures::{Sink, Stream, StreamExt};
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -44,13 +45,14 @@ fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
     })
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
-    serde_json::to_value(v)
+/// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
+    serde_json::value::to_raw_value(v)
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
 }
 
 /// Answers one backend request.
-pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Value, WireError> {
+pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box<RawValue>, WireError> {
     match method_name {
         method::SESSIONS_LIST => {
             let sessions = hub

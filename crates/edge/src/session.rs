@@ -40,6 +40,15 @@ const LATE_MEMORY: usize = 4096;
 /// How many recent calls `sessions/inspect` shows.
 const RECENT_CALLS: usize = 32;
 
+/// `tools/call` params as the device receives them, serialized without a `Value` tree.
+#[derive(serde::Serialize)]
+struct DeviceCall<'a> {
+    name: &'a str,
+    arguments: &'a Value,
+    #[serde(rename = "_meta")]
+    meta: &'a Map<String, Value>,
+}
+
 /// Why a request to the device produced no result.
 #[derive(Debug)]
 enum RequestError {
@@ -206,10 +215,10 @@ impl Session {
     ///
     /// Exactly one outcome: if the answer races the timer, the answer wins and
     /// the timeout is not reported.
-    async fn request(
+    async fn request<P: serde::Serialize>(
         &self,
         method: &'static str,
-        params: Value,
+        params: P,
         leg: Duration,
         tool: &str,
     ) -> Result<(Value, usize), RequestError> {
@@ -346,7 +355,7 @@ impl Session {
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
         }
-        let device_params = json!({"name": original, "arguments": params.arguments, "_meta": call_meta});
+        let device_params = DeviceCall { name: &original, arguments: &params.arguments, meta: &call_meta };
         let started = Instant::now();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
         self.observe_leg(Leg::ToolCall, started);
