@@ -266,3 +266,34 @@ fn every_counter_is_documented_and_driven_by_a_test() {
         assert!(tests.contains(&format!("\"{name}\"")), "no test drives the {name} counter");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_list_changed_is_coalesced_and_rate_limited() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    let started = tokio::time::Instant::now();
+    let mut reads = 0;
+    for seq in 2..=41u64 {
+        // The device announces a new catalog every 10 ms: 40 in 400 ms.
+        send(&mut ws, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"tether.dev/seq":seq}}})).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        while let Ok(Some(Ok(Message::Text(t)))) =
+            tokio::time::timeout(Duration::from_millis(1), ws.next()).await
+        {
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["method"] == json!("tools/list") {
+                reads += 1;
+                send(&mut ws, json!({"jsonrpc":"2.0","id":v["id"],"result":{"tools":[{"name":"a"}],"_meta":{"tether.dev/seq":seq}}})).await;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    assert!(reads >= 2, "the catalog is still re-read: {reads}");
+    assert!(
+        reads as u128 <= elapsed.as_millis() / 200 + 1,
+        "{reads} re-reads in {elapsed:?} exceed 5 per second"
+    );
+    assert!(counter(&edge, "list_changed_rate_limited") >= 1);
+    assert!(edge.hub.session(&session).unwrap().manifest().unwrap().seq > 1);
+}

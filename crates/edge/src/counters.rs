@@ -83,6 +83,8 @@ counters! {
     reread_failures,
     /// list_changed notifications ignored because their seq was not newer.
     list_changed_stale,
+    /// list_changed re-reads held back by the per-session rate limit (5 per second).
+    list_changed_rate_limited,
     /// Tools dropped by the caps.
     tools_dropped,
     /// Descriptions cut to the description cap.

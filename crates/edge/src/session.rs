@@ -37,6 +37,8 @@ use crate::ws::Outbound;
 
 /// How many timed-out call ids are remembered to recognise late answers.
 const LATE_MEMORY: usize = 4096;
+/// Least time between two catalog re-reads triggered by `list_changed`.
+const LIST_CHANGED_MIN_INTERVAL: Duration = Duration::from_millis(200);
 /// How many recent calls `sessions/inspect` shows.
 const RECENT_CALLS: usize = 32;
 
@@ -647,13 +649,28 @@ impl Session {
     }
 
     /// Re-reads the catalog whenever the device says it changed, one read at a time.
+    ///
+    /// Rate-limited: at most one `list_changed` re-read per `LIST_CHANGED_MIN_INTERVAL`;
+    /// notifications that arrive meanwhile coalesce into the next read (counted).
     async fn refresher(self: Arc<Self>) {
         let budget = self.hub.config.budgets.reread;
+        let mut last_read: Option<Instant> = None;
         loop {
             tokio::select! {
                 _ = self.refresh.notified() => {}
                 _ = self.closed.cancelled() => return,
             }
+            if let Some(earliest) = last_read.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
+                if Instant::now() < earliest {
+                    EdgeCounters::bump(&self.counters().list_changed_rate_limited);
+                    debug!(session = %self.id, "list_changed re-read held back by the rate limit");
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(earliest) => {}
+                        _ = self.closed.cancelled() => return,
+                    }
+                }
+            }
+            last_read = Some(Instant::now());
             if let Err(e) = Box::pin(self.read_catalog(budget)).await {
                 EdgeCounters::bump(&self.counters().reread_failures);
                 warn!(session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
