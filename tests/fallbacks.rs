@@ -297,3 +297,76 @@ async fn a_flood_of_list_changed_is_coalesced_and_rate_limited() {
     assert!(counter(&edge, "list_changed_rate_limited") >= 1);
     assert!(edge.hub.session(&session).unwrap().manifest().unwrap().seq > 1);
 }
+
+/// A backend link whose "edge" end the test drives by hand.
+async fn scripted_edge() -> (tether_core::BackendLink, WebSocketStream<DuplexStream>) {
+    let (client_end, edge_end) = tokio::io::duplex(1 << 20);
+    let role = tokio_tungstenite::tungstenite::protocol::Role::Client;
+    let link =
+        tether_core::BackendLink::from_stream(WebSocketStream::from_raw_socket(client_end, role, None).await);
+    let server = tokio_tungstenite::tungstenite::protocol::Role::Server;
+    (link, WebSocketStream::from_raw_socket(edge_end, server, None).await)
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_counts_its_own_fallbacks() {
+    let (link, mut edge) = scripted_edge().await;
+    let link = std::sync::Arc::new(link);
+    // per_tool_timeouts: the edge never answers a turn's call within 12 s.
+    let session_manifest =
+        json!({"session":"s","seq":1,"tools":[{"name":"client__a","inputSchema":{"type":"object"}}]});
+    let turn_link = link.clone();
+    let turn = tokio::spawn(async move {
+        let mut turn = tether_core::Turn::begin(&turn_link, "s", tether_contract::Budgets::default()).await;
+        turn.call("client__a", json!({})).await
+    });
+    let begin = next_json(&mut edge).await;
+    send(&mut edge, json!({"jsonrpc":"2.0","id":begin["id"],"result":{"turn":"t","session":"s","seq":1}}))
+        .await;
+    let list = next_json(&mut edge).await;
+    send(&mut edge, json!({"jsonrpc":"2.0","id":list["id"],"result":session_manifest})).await;
+    let the_call = next_json(&mut edge).await;
+    assert_eq!(the_call["method"], json!("tools/call"));
+    let err = turn.await.unwrap().unwrap_err();
+    assert_eq!(err.detail("leg"), Some(&json!("per_tool")));
+    assert_eq!(link.counters().get("per_tool_timeouts"), 1);
+    // late_responses: the answer arrives after core gave up.
+    send(&mut edge, json!({"jsonrpc":"2.0","id":the_call["id"],"result":{"result":{"content":[]},"seq":1}}))
+        .await;
+    // bad_frames: the edge sends garbage.
+    edge.send(Message::text("{nope")).await.unwrap();
+    // notifications_dropped: nobody reads notifications, so the queue (1,024) overflows.
+    for _ in 0..1_100 {
+        send(&mut edge, json!({"jsonrpc":"2.0","method":"notifications/session/closed","params":{"session":"x","reason":"r"}})).await;
+    }
+    let counters = link.counters();
+    wait_until(|| counters.get("notifications_dropped") >= 76).await;
+    assert_eq!(counters.get("late_responses"), 1);
+    assert_eq!(counters.get("bad_frames"), 1);
+    let text = counters.render();
+    assert!(text.contains("tether_core_per_tool_timeouts_total 1"), "{text}");
+}
+
+#[test]
+fn every_core_counter_is_documented_and_driven_by_a_test() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ops = std::fs::read_to_string(format!("{root}/docs/OPERATIONS.md")).unwrap();
+    let mut tests = String::new();
+    // Core's unit tests live beside the code they test.
+    for dir in ["tests", "crates/core/src"] {
+        for entry in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                tests.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    for (name, help) in tether_core::CoreCounters::describe() {
+        assert!(!help.is_empty(), "{name} has no help text");
+        assert!(
+            ops.contains(&format!("tether_core_{name}_total")),
+            "docs/OPERATIONS.md does not list tether_core_{name}_total"
+        );
+        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the core {name} counter");
+    }
+}

@@ -150,3 +150,28 @@ async fn a_drained_device_is_told_to_reconnect_elsewhere_with_1012() {
     let mut edge = edge;
     tokio::time::timeout(Duration::from_secs(10), edge.task.take().unwrap()).await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn killing_a_device_mid_call_shows_up_in_metrics() {
+    let edge = LiveEdge::start().await;
+    let (dev, session) =
+        edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
+    let link = std::sync::Arc::new(edge.backend().await);
+    let caller = {
+        let link = link.clone();
+        tokio::spawn(async move {
+            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            turn.call("client__wait", json!({})).await
+        })
+    };
+    wait_until(|| edge.hub.calls_in_flight() == 1).await;
+    dev.disconnect().await;
+    let err = caller.await.unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ChannelClosed);
+    let (_, text) = http_get(&edge.url, "/metrics").await;
+    assert_eq!(sample(&text, "tether_calls_channel_closed_total "), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "tether_sessions_latched_total "), Some(1.0));
+    assert_eq!(sample(&text, "tether_calls_by_outcome_total{outcome=\"channel_closed\"} "), Some(1.0));
+    assert_eq!(sample(&text, "tether_sessions "), Some(0.0));
+    assert_eq!(sample(&text, "tether_calls_in_flight "), Some(0.0));
+}

@@ -1,22 +1,43 @@
-//! Counters for every fallback core takes.
+//! Counters for every fallback core takes, exportable as Prometheus text.
+//!
+//! The backend application owns its metrics endpoint; [`CoreCounters::render`]
+//! gives it the exposition (`tether_core_<name>_total`) to serve.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
         /// Every counter core keeps; one field per fallback or refusal.
         #[derive(Debug, Default)]
         pub struct CoreCounters {
-            $( $(#[$doc])* pub $name: AtomicU64, )*
+            $( $(#[doc = $doc])* pub $name: Counter, )*
         }
 
         impl CoreCounters {
             /// All counters by name, for reports and tests.
             pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
                 let mut out = BTreeMap::new();
-                $( out.insert(stringify!($name), self.$name.load(Ordering::Relaxed)); )*
+                $( out.insert(stringify!($name), self.$name.get()); )*
                 out
+            }
+
+            /// Prometheus / OpenMetrics text for the backend's own `/metrics`.
+            pub fn render(&self) -> String {
+                let mut registry = Registry::with_prefix("tether_core");
+                $( registry.register(stringify!($name), concat!($($doc),*).trim(), self.$name.clone()); )*
+                let mut out = String::new();
+                // Writing into a String cannot fail.
+                let _ = encode(&mut out, &registry);
+                out
+            }
+
+            /// Every counter name with its help text, for docs and their test.
+            pub fn describe() -> Vec<(&'static str, &'static str)> {
+                vec![ $( (stringify!($name), concat!($($doc),*).trim()), )* ]
             }
         }
     };
@@ -45,8 +66,8 @@ counters! {
 
 impl CoreCounters {
     /// Adds one to a counter.
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn bump(counter: &Counter) {
+        counter.inc();
     }
 
     /// Reads one counter by name; 0 for an unknown name.
