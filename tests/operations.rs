@@ -91,13 +91,7 @@ async fn a_drain_loses_no_call_in_flight() {
     let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
     let refused = turn.call("client__fast", json!({})).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Overloaded);
-    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
-        "{}/v1/client",
-        edge.url
-    ))
-    .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {}", edge.client_token("mira")).parse().unwrap());
+    let req = edge.device_request();
     match tokio_tungstenite::connect_async(req).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
         other => panic!("upgrade during drain: {:?}", other.map(|_| ())),
@@ -113,13 +107,7 @@ async fn a_drain_loses_no_call_in_flight() {
 #[tokio::test]
 async fn a_drained_device_is_told_to_reconnect_elsewhere_with_1012() {
     let edge = LiveEdge::start().await;
-    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
-        "{}/v1/client",
-        edge.url
-    ))
-    .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {}", edge.client_token("mira")).parse().unwrap());
+    let req = edge.device_request();
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
     // Play a minimal device by hand so the session is ready.
     use futures::SinkExt;

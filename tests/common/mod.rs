@@ -69,6 +69,15 @@ impl LiveEdge {
         keys().issue(sub, "tether-client", Duration::from_secs(600)).unwrap()
     }
 
+    /// An upgrade request for `/v1/client` carrying a valid device token.
+    pub fn device_request(&self) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = format!("{}/v1/client", self.url).into_client_request().unwrap();
+        let bearer = format!("Bearer {}", self.client_token("mira")).parse().unwrap();
+        req.headers_mut().insert("authorization", bearer);
+        req
+    }
+
     pub async fn device(&self, spec: DeviceSpec) -> (SimHandle, String) {
         let mut dev = SimDevice::connect(&self.url, &self.client_token("mira"), spec).await.unwrap();
         let session = dev.session_id().await.unwrap();
