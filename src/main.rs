@@ -362,9 +362,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Call { session, tool, args, edge, data_dir } => {
             let arguments: Value =
                 serde_json::from_str(&args).map_err(|e| format!("--args is not valid JSON: {e}"))?;
-            let token = keys(data_dir)?
-                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
-                .map_err(|e| e.to_string())?;
+            let signing = keys(data_dir)?;
+            let token =
+                signing.issue("cli", AUD_BACKEND, Duration::from_secs(300)).map_err(|e| e.to_string())?;
             let link = match BackendLink::connect(&edge, &token).await {
                 Ok(link) => link,
                 Err(e) => {
@@ -372,7 +372,20 @@ async fn run(cli: Cli) -> Result<(), String> {
                     return Err("call failed".into());
                 }
             };
-            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            // The edge runs a call only for the user who owns the session. This is an
+            // operator's tool holding the secret, so it speaks for the session's own
+            // principal; a real backend forwards the turn's user credential instead.
+            let owner = link
+                .sessions(Duration::from_secs(5))
+                .await
+                .ok()
+                .and_then(|l| l.sessions.into_iter().find(|s| s.session == session))
+                .map(|s| s.principal)
+                .unwrap_or_default();
+            let credential = signing
+                .issue(&owner, tether_contract::AUD_CLIENT, Duration::from_secs(300))
+                .map_err(|e| e.to_string())?;
+            let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(credential);
             if let Some(e) = turn.degraded() {
                 print_error(e);
                 return Err("call failed".into());

@@ -33,7 +33,8 @@ async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
     let link = edge.backend().await;
 
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     assert!(turn.degraded().is_none(), "{:?}", turn.degraded());
     assert_eq!(turn.tools().len(), declared.len());
     for (got, original) in turn.tools().iter().zip(&declared) {
@@ -79,7 +80,8 @@ async fn is_error_results_and_device_errors_become_client_errors() {
         .with("confirm", Behavior::Fail { code: "user_declined".into(), retryable: false });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let err = turn.call("client__confirm", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClientError);
     assert_eq!(err.detail("code"), Some(&json!("user_declined")));
@@ -248,7 +250,7 @@ async fn an_oversized_result_is_payload_too_large_never_truncated() {
             session,
             name: "client__dump".into(),
             arguments: json!({}),
-            meta: CallMeta::default(),
+            meta: CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() },
         };
         link.call(params, Duration::from_secs(12)).await
     });
@@ -275,7 +277,8 @@ async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     let (mut dev, session) =
         edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let hub = edge.hub.clone();
     let shutdown = edge.shutdown.clone();
     let stopper = tokio::spawn(async move {
@@ -336,8 +339,9 @@ async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_ne
         link.counters(),
     )
     .unwrap();
-    let mut turn =
-        Turn::begin_scoped(&link, &session, Budgets::default(), profiles.get("reader").unwrap()).await;
+    let mut turn = Turn::begin_scoped(&link, &session, Budgets::default(), profiles.get("reader").unwrap())
+        .await
+        .with_credential(common::user("mira"));
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(listed, ["client__get_visible_screen", "client__read_location"]);
 
@@ -352,8 +356,45 @@ async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_ne
     assert_eq!(dev.observed.calls().len(), 1);
 
     // With every tool in scope, a never-listed name is still refused by the edge.
-    let mut open = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut open =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let err = open.call("client__drop_all_tables", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ToolUnavailable);
+    assert_eq!(dev.observed.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn only_the_user_who_owns_the_session_can_call_it() {
+    let edge = LiveEdge::start().await;
+    let (dev, session) = edge.device(DeviceSpec::minimal(vec![tool("read")])).await;
+    let link = edge.backend().await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let expired = keys()
+        .sign(&Claims {
+            sub: "mira".into(),
+            aud: "tether-client".into(),
+            exp: now - 3600,
+            nbf: now - 7200,
+            iat: now,
+        })
+        .unwrap();
+    let cases: Vec<(&str, Option<String>, ErrorKind)> = vec![
+        ("service token alone", None, ErrorKind::Forbidden),
+        ("another user", Some(common::user("leo")), ErrorKind::Forbidden),
+        ("expired credential", Some(expired), ErrorKind::Unauthenticated),
+        ("garbage", Some("not-a-token".into()), ErrorKind::Unauthenticated),
+    ];
+    for (name, credential, want) in cases {
+        let meta = CallMeta { credential, ..CallMeta::default() };
+        let params =
+            CallParams { session: session.clone(), name: "client__read".into(), arguments: json!({}), meta };
+        let err = link.call(params, Duration::from_secs(12)).await.unwrap_err();
+        assert_eq!(err.kind, want, "{name}");
+    }
+    assert!(dev.observed.calls().is_empty(), "nothing reached the device");
+    assert_eq!(edge.hub.counters().get("calls_forbidden"), 4);
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    turn.call("client__read", json!({})).await.unwrap();
     assert_eq!(dev.observed.calls().len(), 1);
 }

@@ -22,7 +22,8 @@ use tether_harness::device::tool;
 use tether_harness::{Behavior, DeviceSpec};
 
 fn call(session: &str, name: &str) -> CallParams {
-    CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta: CallMeta::default() }
+    let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
+    CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta }
 }
 
 async fn next_json(ws: &mut WebSocketStream<DuplexStream>) -> Value {

@@ -44,7 +44,8 @@ async fn health_readiness_and_metrics_share_the_websocket_port() {
 
     let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("ping")])).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     turn.call("client__ping", json!({})).await.unwrap();
     turn.call("client__missing", json!({})).await.unwrap_err();
 
@@ -74,7 +75,8 @@ async fn a_drain_loses_no_call_in_flight() {
         let link = link.clone();
         let session = session.clone();
         tokio::spawn(async move {
-            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            let mut turn =
+                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
             turn.call("client__slow", json!({})).await
         })
     };
@@ -88,7 +90,8 @@ async fn a_drain_loses_no_call_in_flight() {
     assert_eq!(http_get(&edge.url, "/readyz").await.0, 503, "not ready while draining");
 
     // New work is refused with a sentence; new sessions too.
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let refused = turn.call("client__fast", json!({})).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Overloaded);
     let req = edge.device_request();
@@ -148,7 +151,8 @@ async fn killing_a_device_mid_call_shows_up_in_metrics() {
     let caller = {
         let link = link.clone();
         tokio::spawn(async move {
-            let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+            let mut turn =
+                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
             turn.call("client__wait", json!({})).await
         })
     };

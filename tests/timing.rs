@@ -29,7 +29,8 @@ async fn silent_edge() -> (tether_core::BackendLink, tokio::io::DuplexStream) {
 }
 
 fn call(session: &str, name: &str) -> CallParams {
-    CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta: CallMeta::default() }
+    let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
+    CallParams { session: session.into(), name: name.into(), arguments: json!({}), meta }
 }
 
 #[tokio::test(start_paused = true)]
@@ -38,7 +39,8 @@ async fn the_7s_leg_expires_before_the_12s_budget_and_the_device_is_told_to_canc
     let (dev, session) =
         edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
 
     let started = Instant::now();
     let err = turn.call("client__wait", json!({})).await.unwrap_err();
@@ -65,7 +67,8 @@ async fn an_answer_at_7_5s_is_logged_counted_and_dropped_with_exactly_one_outcom
         .with("slow", Behavior::Late { after: Duration::from_millis(7_500) });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
 
     let ((outcome, after), logs) = capture_logs(async {
         let outcome = turn.call("client__slow", json!({})).await;
@@ -218,7 +221,8 @@ async fn a_tool_removed_mid_turn_is_unavailable_and_the_error_lists_what_is() {
     let edge = DuplexEdge::new();
     let (dev, session) = edge.device(DeviceSpec::minimal(vec![tool("keep"), tool("leave")])).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     assert_eq!(turn.tools().len(), 2);
 
     dev.navigate(vec![tool("keep")]).await;
@@ -241,7 +245,8 @@ async fn a_call_that_moves_the_seq_rereads_and_one_that_does_not_never_does() {
         .with("go", Behavior::Navigate { tools: vec![tool("look"), tool("go"), tool("new")] });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     turn.call("client__look", json!({})).await.unwrap();
     assert_eq!(edge.hub.counters().get("rereads_after_call"), 0, "an unchanged seq costs no re-read");
     turn.call("client__go", json!({})).await.unwrap();
@@ -343,7 +348,8 @@ async fn an_honest_device_gives_up_at_its_own_2s_ceiling() {
         .with("think", Behavior::Answer { latency: Duration::from_secs(5) });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let started = Instant::now();
     let err = turn.call("client__think", json!({})).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(2), "the device's ceiling, well inside the edge's 7 s");

@@ -27,6 +27,11 @@ pub fn keys() -> Keys {
     Keys::from_secret(SECRET.as_bytes()).unwrap()
 }
 
+/// A user credential for `sub` (what a backend passes as the turn's `_meta.credential`).
+pub fn user(sub: &str) -> String {
+    keys().issue(sub, "tether-client", Duration::from_secs(600)).unwrap()
+}
+
 pub fn fixture(path: &str) -> Value {
     let full = format!("{}/proto-fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&full).unwrap()).unwrap()
@@ -114,7 +119,7 @@ impl DuplexEdge {
     }
 
     pub fn with_config(config: EdgeConfig) -> DuplexEdge {
-        DuplexEdge { hub: Hub::new(config), shutdown: CancellationToken::new() }
+        DuplexEdge { hub: Hub::new(config, keys()), shutdown: CancellationToken::new() }
     }
 
     /// A device-side socket whose other end the edge serves as `/v1/client`.

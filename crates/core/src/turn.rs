@@ -32,6 +32,7 @@ pub struct Turn<'a> {
     degraded: Option<WireError>,
     counters: Arc<CoreCounters>,
     profile: Arc<CallerProfile>,
+    credential: Option<String>,
 }
 
 fn validated(manifest: &Manifest, counters: &CoreCounters) -> Vec<ToolDeclaration> {
@@ -76,6 +77,7 @@ impl<'a> Turn<'a> {
             degraded: None,
             counters,
             profile,
+            credential: None,
         };
         let mut last = None;
         for attempt in 0..2 {
@@ -120,6 +122,13 @@ impl<'a> Turn<'a> {
             validated(&manifest, &self.counters).into_iter().filter(|t| profile.allows(&t.name)).collect();
         info!(session = %self.session, seq = manifest.seq, tools = self.tools.len(), "turn bound to manifest");
         self.manifest = Some(manifest);
+    }
+
+    /// Attaches the turn's user credential, sent with every call: the edge runs a
+    /// call only when this credential's principal owns the session.
+    pub fn with_credential(mut self, credential: impl Into<String>) -> Self {
+        self.credential = Some(credential.into());
+        self
     }
 
     /// The client tools the model may be offered now (names re-validated).
@@ -177,7 +186,7 @@ impl<'a> Turn<'a> {
             name: name.to_owned(),
             arguments,
             meta: CallMeta {
-                credential: None,
+                credential: self.credential.clone(),
                 budget_ms: Some(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)),
                 bound_seq: self.manifest.as_ref().map(|m| m.seq),
                 idempotency_key,

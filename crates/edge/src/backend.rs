@@ -46,6 +46,33 @@ fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
 }
 
 /// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
+/// The data-scope gate: a call runs only for a turn whose verified user owns the session.
+///
+/// The backend's service token opened the link; it does not grant any
+/// session. The turn's user credential (`_meta.credential`, a `tether-client`
+/// token) must verify and its `sub` must be the session's principal.
+fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(), WireError> {
+    let refuse = |kind: ErrorKind, message: String| {
+        EdgeCounters::bump(&hub.counters().calls_forbidden);
+        Err(WireError::new(kind, message).with("session", session.id.as_str()))
+    };
+    let Some(token) = credential else {
+        return refuse(
+            ErrorKind::Forbidden,
+            "tools/call needs the turn's user credential in _meta.credential".into(),
+        );
+    };
+    match hub.keys.verify(token, tether_contract::AUD_CLIENT) {
+        Err(reason) => {
+            refuse(ErrorKind::Unauthenticated, format!("the turn's user credential was refused: {reason}"))
+        }
+        Ok(claims) if claims.sub != session.principal => {
+            refuse(ErrorKind::Forbidden, "the turn's user does not own this session".into())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
     serde_json::value::to_raw_value(v)
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
@@ -99,7 +126,10 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box
             } else {
                 let _in_flight = hub.call_guard();
                 match session(hub, &p.session) {
-                    Ok(s) => s.call_tool(p).await,
+                    Ok(s) => match authorize(hub, &s, p.meta.credential.as_deref()) {
+                        Ok(()) => s.call_tool(p).await,
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 }
             };

@@ -103,6 +103,8 @@ counters! {
     backend_requests_refused,
     /// Calls refused because the edge is draining.
     calls_refused_draining,
+    /// Calls refused before reaching the device: no, bad, or another user's credential.
+    calls_forbidden,
     /// Configuration errors survived by degrading (a section or profile fell back).
     config_errors,
     /// Devices that matched no valid client profile and got the default caps.

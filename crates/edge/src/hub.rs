@@ -13,6 +13,7 @@ use tether_contract::backend::{method, ListChanged, SessionClosed};
 use tether_contract::jsonrpc;
 use tokio::sync::{broadcast, Notify};
 
+use crate::auth::Keys;
 use crate::config::EdgeConfig;
 use crate::counters::{EdgeCounters, EdgeMetrics};
 use crate::session::Session;
@@ -54,6 +55,8 @@ pub struct Hub {
     pub config: EdgeConfig,
     /// Every fallback and drop, counted, plus families and histograms.
     pub metrics: EdgeMetrics,
+    /// Verifies the user credentials that accompany backend calls.
+    pub keys: Keys,
     sessions: DashMap<String, Arc<Session>>,
     closed: Mutex<Tombstones>,
     draining: AtomicBool,
@@ -63,12 +66,13 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub with no sessions.
-    pub fn new(config: EdgeConfig) -> Arc<Hub> {
+    /// A hub with no sessions; `keys` verify user credentials on calls.
+    pub fn new(config: EdgeConfig, keys: Keys) -> Arc<Hub> {
         let (events, _) = broadcast::channel(config.backend_event_queue.max(1));
         Arc::new(Hub {
             config,
             metrics: EdgeMetrics::default(),
+            keys,
             sessions: DashMap::new(),
             closed: Mutex::default(),
             draining: AtomicBool::new(false),

@@ -74,7 +74,7 @@ impl Edge {
             .await
             .map_err(|source| EdgeError::Bind { addr: config.listen, source })?;
         Ok(Edge {
-            hub: Hub::new(config),
+            hub: Hub::new(config, keys.clone()),
             keys,
             listener,
             shutdown: CancellationToken::new(),

@@ -233,6 +233,8 @@ async fn throughput(
         wait_listed(&link, ids.len()).await;
     }
     let name = if target == Target::Tether { "client__op" } else { "op" };
+    // The devices run as the device token's principal: it is also the turns' user credential.
+    let credential: Arc<str> = Arc::from(device_token.as_str());
     let calls = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let warmup = Instant::now() + Duration::from_millis(500);
@@ -241,6 +243,7 @@ async fn throughput(
     for w in 0..in_flight {
         let (link, ids, calls, errors) =
             (Arc::clone(&link), Arc::clone(&ids), Arc::clone(&calls), Arc::clone(&errors));
+        let credential = Arc::clone(&credential);
         workers.spawn(async move {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).ok();
             let mut i = w;
@@ -254,7 +257,11 @@ async fn throughput(
                     session: ids[i].clone(),
                     name: name.into(),
                     arguments: json!({"n": i}),
-                    meta: CallMeta { budget_ms: Some(12_000), ..CallMeta::default() },
+                    meta: CallMeta {
+                        budget_ms: Some(12_000),
+                        credential: Some(credential.to_string()),
+                        ..CallMeta::default()
+                    },
                 };
                 let ok = link.call(params, Duration::from_secs(12)).await.is_ok();
                 if now >= warmup {
@@ -357,7 +364,7 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
             session: id.clone(),
             name: "client__op".into(),
             arguments: json!({}),
-            meta: CallMeta::default(),
+            meta: CallMeta { credential: Some(device_token.clone()), ..CallMeta::default() },
         };
         calls.push(tokio::spawn(async move {
             let r = link.call(params, Duration::from_secs(12)).await;

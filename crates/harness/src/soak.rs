@@ -362,9 +362,13 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
         None
     };
 
+    // The fleet's devices all run as the client token's principal, so the same
+    // token serves as every turn's user credential.
+    let credential: Arc<str> = Arc::from(cfg.client_token.as_str());
     let call_one = {
         let (link, live, tally) = (Arc::clone(&link), Arc::clone(&live), Arc::clone(&tally));
         move |nonce: u64, rng: &mut SplitMix64| {
+            let credential = Arc::clone(&credential);
             let target = {
                 let live = lock(&live);
                 if live.is_empty() {
@@ -385,7 +389,11 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
                     session: session.clone(),
                     name: "client__op".into(),
                     arguments: json!({ "nonce": nonce }),
-                    meta: CallMeta { budget_ms: Some(12_000), ..CallMeta::default() },
+                    meta: CallMeta {
+                        budget_ms: Some(12_000),
+                        credential: Some(credential.to_string()),
+                        ..CallMeta::default()
+                    },
                 };
                 let outcome = link.call(params, Duration::from_secs(12)).await;
                 let kind = match &outcome {
