@@ -371,3 +371,26 @@ fn every_core_counter_is_documented_and_driven_by_a_test() {
         assert!(tests.contains(&format!("\"{name}\"")), "no test drives the core {name} counter");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_keeps_sending_garbage_is_closed_1008_after_its_strikes() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    for i in 0..tether_edge::session::MAX_STRIKES {
+        ws.send(Message::text(format!("garbage {i}"))).await.unwrap();
+    }
+    let mut errors = 0;
+    let code = loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) if t.as_str().contains("parse_error") => errors += 1,
+            Some(Ok(Message::Close(f))) => break f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            _ => break None,
+        }
+    };
+    assert_eq!(code, Some(1008));
+    assert_eq!(errors, tether_edge::session::MAX_STRIKES, "every bad frame got its structured error first");
+    assert_eq!(counter(&edge, "strikeouts"), 1);
+    assert!(edge.hub.session(&session).is_none());
+}

@@ -91,6 +91,8 @@ counters! {
     descriptions_truncated,
     /// Frames from a peer that were not valid JSON-RPC.
     bad_frames,
+    /// Devices closed with 1008 after too many malformed frames.
+    strikeouts,
     /// Binary frames refused (close 1003).
     binary_frames,
     /// Frames over the transport ceiling (close 1009).

@@ -37,6 +37,12 @@ use crate::ws::Outbound;
 
 /// How many timed-out call ids are remembered to recognise late answers.
 const LATE_MEMORY: usize = 4096;
+/// How long malformed frames are remembered: strikes reset after a quiet minute.
+const STRIKE_WINDOW: Duration = Duration::from_secs(60);
+/// Malformed frames a device may send within a minute before the edge closes it with 1008.
+/// Each one still gets its structured error; a buggy device survives a few,
+/// a hostile one cannot keep the edge parsing garbage forever.
+pub const MAX_STRIKES: u32 = 8;
 /// Least time between two catalog re-reads triggered by `list_changed`.
 const LIST_CHANGED_MIN_INTERVAL: Duration = Duration::from_millis(200);
 /// How many recent calls `sessions/inspect` shows.
@@ -118,6 +124,7 @@ pub struct Session {
     close_code: Mutex<(CloseCode, &'static str)>,
     caps: RwLock<Caps>,
     recent: Mutex<VecDeque<RecentCall>>,
+    strikes: Mutex<(u32, Instant)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,6 +154,7 @@ impl Session {
             close_code: Mutex::new((CloseCode::Normal, "session closed")),
             caps: RwLock::new(hub.config.caps),
             recent: Mutex::default(),
+            strikes: Mutex::new((0, Instant::now())),
             hub,
         }
     }
@@ -601,6 +609,20 @@ impl Session {
                 self.hub.metrics.frame_refused(err.kind.as_str());
                 if self.outbound.try_send(Outbound::Text(jsonrpc::error_response(&id, &err))).is_err() {
                     EdgeCounters::bump(&self.counters().outbound_full);
+                }
+                let struck_out = {
+                    let mut strikes = lock(&self.strikes);
+                    let now = Instant::now();
+                    if now.saturating_duration_since(strikes.1) > STRIKE_WINDOW {
+                        *strikes = (0, now);
+                    }
+                    strikes.0 += 1;
+                    strikes.0 >= MAX_STRIKES
+                };
+                if struck_out {
+                    EdgeCounters::bump(&self.counters().strikeouts);
+                    warn!(session = %self.id, strikes = MAX_STRIKES, "too many malformed frames; closing with 1008");
+                    self.close_with("protocol_error", CloseCode::Policy, "too many malformed frames");
                 }
             }
         }
