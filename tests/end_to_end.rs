@@ -398,3 +398,31 @@ async fn only_the_user_who_owns_the_session_can_call_it() {
     turn.call("client__read", json!({})).await.unwrap();
     assert_eq!(dev.observed.calls().len(), 1);
 }
+
+#[tokio::test]
+async fn the_origin_allowlist_matches_exactly() {
+    let mut config = common::test_config();
+    config.allowed_origins = vec!["https://app.example.com".into()];
+    let edge = LiveEdge::start_with(config).await;
+    let attempt = |origin: Option<&'static str>| {
+        let mut req = edge.device_request();
+        if let Some(o) = origin {
+            req.headers_mut().insert("origin", HeaderValue::from_static(o));
+        }
+        async move {
+            match tokio_tungstenite::connect_async(req).await {
+                Ok(_) => Ok(()),
+                Err(WsError::Http(r)) => Err(r.status().as_u16()),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    assert_eq!(attempt(Some("https://app.example.com")).await, Ok(()));
+    assert_eq!(attempt(None).await, Ok(()), "native clients send no Origin");
+    for bad in
+        ["https://app.example.com.evil", "http://app.example.com", "https://evil.app.example.com", "null"]
+    {
+        assert_eq!(attempt(Some(bad)).await, Err(403), "{bad}");
+    }
+    assert!(edge.hub.metrics.render().contains("tether_auth_refusals_total{reason=\"origin\"} 4"));
+}

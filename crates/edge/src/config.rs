@@ -41,6 +41,9 @@ pub struct EdgeConfig {
     pub backend_event_queue: usize,
     /// Requests one backend link may have in flight; past it they get `overloaded`.
     pub backend_max_in_flight: usize,
+    /// Browser origins allowed to upgrade, matched exactly; empty allows any.
+    /// Requests without an `Origin` header (native clients) are not affected.
+    pub allowed_origins: Vec<String>,
     /// Per-client profiles, matched by the device's `serverInfo.name`.
     pub client_profiles: Vec<crate::settings::ClientProfile>,
     /// Profiles that failed to resolve; their devices fall back to the default caps.
@@ -61,6 +64,7 @@ impl Default for EdgeConfig {
             drain_timeout: Duration::from_secs(12),
             backend_event_queue: 1024,
             backend_max_in_flight: 4096,
+            allowed_origins: Vec::new(),
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),
         }

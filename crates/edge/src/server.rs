@@ -210,6 +210,17 @@ fn upgrade(req: &Request, mut resp: Response, keys: &Keys, hub: &Hub) -> Result<
             ));
         }
     };
+    if !hub.config.allowed_origins.is_empty() {
+        if let Some(origin) = req.headers().get(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| hub.config.allowed_origins.iter().any(|a| a == o));
+            if !allowed {
+                EdgeCounters::bump(&counters.upgrade_refused);
+                metrics.auth_refusals.get_or_create(&[("reason", "origin")]).inc();
+                info!(path, "upgrade refused: origin not allowed");
+                return Err(refuse(StatusCode::FORBIDDEN, "origin not allowed".into()));
+            }
+        }
+    }
     if let Some(offered) = req.headers().get(header::SEC_WEBSOCKET_PROTOCOL).and_then(|v| v.to_str().ok()) {
         if !offered.split(',').any(|p| p.trim() == CLIENT_SUBPROTOCOL) {
             EdgeCounters::bump(&counters.upgrade_refused);

@@ -217,8 +217,18 @@ struct LimitsSection {
     shutdown_grace_ms: Option<u64>,
 }
 
-const TOP_KEYS: &[&str] =
-    &["listen", "data_dir", "jwt_secret", "log_format", "caps", "budgets", "limits", "clients", "callers"];
+const TOP_KEYS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "jwt_secret",
+    "log_format",
+    "allowed_origins",
+    "caps",
+    "budgets",
+    "limits",
+    "clients",
+    "callers",
+];
 
 /// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
 fn locate(file: &str, text: &str, section: Option<&str>, key: &str) -> String {
@@ -308,6 +318,16 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                         locate(&name, text, None, "log_format"),
                         "log_format must be \"pretty\" or \"json\"; using pretty".into(),
                         false,
+                    ),
+                    None => {}
+                }
+                match table.get("allowed_origins").map(|v| section::<Vec<String>>(v)) {
+                    Some(Ok(origins)) => config.allowed_origins = origins,
+                    Some(Err(_)) => issue(
+                        locate(&name, text, None, "allowed_origins"),
+                        "allowed_origins must be a list of exact origins like \"https://app.example.com\""
+                            .into(),
+                        true,
                     ),
                     None => {}
                 }
