@@ -321,7 +321,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                     ),
                     None => {}
                 }
-                match table.get("allowed_origins").map(|v| section::<Vec<String>>(v)) {
+                match table.get("allowed_origins").map(section::<Vec<String>>) {
                     Some(Ok(origins)) => config.allowed_origins = origins,
                     Some(Err(_)) => issue(
                         locate(&name, text, None, "allowed_origins"),
