@@ -394,3 +394,56 @@ async fn a_device_that_keeps_sending_garbage_is_closed_1008_after_its_strikes() 
     assert_eq!(counter(&edge, "strikeouts"), 1);
     assert!(edge.hub.session(&session).is_none());
 }
+
+async fn close_code_of(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_open_device_is_pinged_then_closed_at_the_idle_deadline() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    // The device goes quiet and stops reading: no pongs come back.
+    let started = tokio::time::Instant::now();
+    wait_until_virtual(&edge, "idle_closes", Duration::from_secs(120)).await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(75) && waited < Duration::from_secs(120), "{waited:?}");
+    // The edge sent 1001; a device this dead may fail writing its queued pongs before it reads it.
+    assert!(matches!(close_code_of(&mut ws).await, Some(1001) | None));
+    assert!(edge.hub.session(&session).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_answers_pings_stays_connected() {
+    let edge = DuplexEdge::new();
+    let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert!(edge.hub.session(&session).is_some(), "a live device survives ten idle minutes");
+    assert_eq!(counter(&edge, "idle_closes"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_credential_that_expires_mid_session_closes_it_at_the_next_check() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device_full(1 << 18, Some(Duration::from_secs(10))).await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    assert_eq!(close_code_of(&mut ws).await, Some(1008));
+    assert_eq!(counter(&edge, "credentials_expired"), 1);
+    assert!(edge.hub.session(&session).is_none());
+}
+
+/// Advances paused time in steps until `name` moves, for at most `limit`.
+async fn wait_until_virtual(edge: &DuplexEdge, name: &str, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while counter(edge, name) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{name} did not move within {limit:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

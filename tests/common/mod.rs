@@ -129,6 +129,15 @@ impl DuplexEdge {
 
     /// [`Self::raw_device`] over a pipe of `size` bytes (small pipes model a device that stops reading).
     pub async fn raw_device_with_pipe(&self, size: usize) -> WebSocketStream<DuplexStream> {
+        self.raw_device_full(size, None).await
+    }
+
+    /// A raw device whose credential expires after `expires_in`.
+    pub async fn raw_device_full(
+        &self,
+        size: usize,
+        expires_in: Option<Duration>,
+    ) -> WebSocketStream<DuplexStream> {
         let (edge_end, device_end) = tokio::io::duplex(size);
         let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
         let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
@@ -138,6 +147,7 @@ impl DuplexEdge {
             sink,
             stream,
             "mira".into(),
+            expires_in,
             self.shutdown.clone(),
         ));
         WebSocketStream::from_raw_socket(device_end, Role::Client, None).await

@@ -41,6 +41,10 @@ pub struct EdgeConfig {
     pub backend_event_queue: usize,
     /// Requests one backend link may have in flight; past it they get `overloaded`.
     pub backend_max_in_flight: usize,
+    /// How often the edge pings a quiet device.
+    pub ping_interval: Duration,
+    /// A device that sends nothing (not even a pong) for this long is closed (half-open sockets).
+    pub idle_timeout: Duration,
     /// Browser origins allowed to upgrade, matched exactly; empty allows any.
     /// Requests without an `Origin` header (native clients) are not affected.
     pub allowed_origins: Vec<String>,
@@ -64,6 +68,8 @@ impl Default for EdgeConfig {
             drain_timeout: Duration::from_secs(12),
             backend_event_queue: 1024,
             backend_max_in_flight: 4096,
+            ping_interval: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(75),
             allowed_origins: Vec::new(),
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),

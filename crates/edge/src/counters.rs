@@ -93,6 +93,10 @@ counters! {
     bad_frames,
     /// Devices closed with 1008 after too many malformed frames.
     strikeouts,
+    /// Devices closed because nothing (not even a pong) arrived within the idle deadline.
+    idle_closes,
+    /// Device sessions closed because their credential expired mid-session.
+    credentials_expired,
     /// Binary frames refused (close 1003).
     binary_frames,
     /// Frames over the transport ceiling (close 1009).

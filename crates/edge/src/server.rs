@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -45,7 +46,7 @@ pub enum EdgeError {
 /// Which link an upgrade opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Route {
-    Client(String),
+    Client(String, Option<Duration>),
     Backend(String),
 }
 
@@ -134,7 +135,7 @@ impl Edge {
                 Err(e) => {
                     // Out of fds and friends: back off briefly instead of spinning.
                     warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
@@ -235,8 +236,16 @@ fn upgrade(req: &Request, mut resp: Response, keys: &Keys, hub: &Hub) -> Result<
     };
     match verified {
         Ok(claims) => {
-            let route =
-                if audience == AUD_CLIENT { Route::Client(claims.sub) } else { Route::Backend(claims.sub) };
+            let route = if audience == AUD_CLIENT {
+                // The credential's remaining life, in the edge's own clock, so expiry obeys paused time too.
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                Route::Client(claims.sub, Some(Duration::from_secs(claims.exp.saturating_sub(now))))
+            } else {
+                Route::Backend(claims.sub)
+            };
             Ok((resp, route))
         }
         Err(reason) => {
@@ -314,8 +323,8 @@ async fn connection(
     };
     let (sink, stream) = ws.split();
     match route {
-        Some(Route::Client(principal)) => {
-            crate::session::serve_client(hub, sink, stream, principal, shutdown).await
+        Some(Route::Client(principal, expires_in)) => {
+            crate::session::serve_client(hub, sink, stream, principal, expires_in, shutdown).await
         }
         Some(Route::Backend(principal)) => {
             crate::backend::serve_backend(hub, sink, stream, principal, shutdown).await

@@ -708,11 +708,13 @@ pub async fn serve_client<S, W>(
     sink: W,
     stream: S,
     principal: String,
+    expires_in: Option<Duration>,
     shutdown: CancellationToken,
 ) where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
     W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
+    let expires_at = expires_in.map(|d| Instant::now() + d);
     let (tx, rx) = mpsc::channel(hub.config.outbound_queue);
     let session = Arc::new(Session::new(Arc::clone(&hub), principal, tx));
     let writer_session = Arc::clone(&session);
@@ -764,8 +766,12 @@ pub async fn serve_client<S, W>(
     );
 
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let reason = read_loop(&session, stream, &shutdown).instrument(span).await;
+    let reason = read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
     match reason {
+        "credential_expired" => {
+            session.close_with(reason, CloseCode::Policy, "credential expired; reconnect with a fresh one")
+        }
+        "idle" => session.close_with(reason, CloseCode::Away, "no traffic within the idle deadline"),
         "shutdown" => session.close_with(reason, CloseCode::Away, "edge shutting down"),
         "protocol_error" => {
             session.close_with(reason, CloseCode::Unsupported, "binary frames are not accepted")
@@ -779,16 +785,51 @@ pub async fn serve_client<S, W>(
     let _ = writer.await;
 }
 
-async fn read_loop<S>(session: &Session, mut stream: S, shutdown: &CancellationToken) -> &'static str
+/// Reads until the socket ends; also pings quiet devices, closes half-open
+/// ones after the idle deadline, and closes at the credential's expiry.
+async fn read_loop<S>(
+    session: &Session,
+    mut stream: S,
+    shutdown: &CancellationToken,
+    expires_at: Option<Instant>,
+) -> &'static str
 where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
 {
+    let config = &session.hub.config;
+    let mut last_seen = Instant::now();
+    let next_check = |from: Instant| {
+        let ping = from + config.ping_interval;
+        expires_at.map_or(ping, |e| e.min(ping))
+    };
+    let mut check_at = next_check(last_seen);
     loop {
         let next = tokio::select! {
             next = stream.next() => next,
             _ = shutdown.cancelled() => return "shutdown",
             _ = session.closed.cancelled() => return "closed",
+            _ = tokio::time::sleep_until(check_at) => {
+                let now = Instant::now();
+                if expires_at.is_some_and(|e| now >= e) {
+                    EdgeCounters::bump(&session.counters().credentials_expired);
+                    info!(session = %session.id, "device credential expired; closing");
+                    return "credential_expired";
+                }
+                if now.saturating_duration_since(last_seen) >= config.idle_timeout {
+                    EdgeCounters::bump(&session.counters().idle_closes);
+                    warn!(session = %session.id, "no traffic within the idle deadline; closing a half-open socket");
+                    return "idle";
+                }
+                if now.saturating_duration_since(last_seen) >= config.ping_interval
+                    && session.outbound.try_send(Outbound::Ping).is_err()
+                {
+                    EdgeCounters::bump(&session.counters().outbound_full);
+                }
+                check_at = next_check(now);
+                continue;
+            }
         };
+        last_seen = Instant::now();
         match next {
             None | Some(Ok(Message::Close(_))) => return "disconnected",
             Some(Ok(Message::Text(text))) => session.on_text(text.as_str()),

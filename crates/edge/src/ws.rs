@@ -31,6 +31,8 @@ pub fn ws_config(caps: &Caps) -> WebSocketConfig {
 pub enum Outbound {
     /// A JSON-RPC frame.
     Text(String),
+    /// A liveness probe; any frame back proves the peer is there.
+    Ping,
     /// A close frame; nothing is written after it.
     Close(CloseCode, &'static str),
 }
@@ -60,6 +62,7 @@ where
         };
         match next {
             Some(Outbound::Text(text)) => sink.send(Message::text(text)).await?,
+            Some(Outbound::Ping) => sink.send(Message::Ping(Vec::new().into())).await?,
             Some(Outbound::Close(code, reason)) => return send_close(&mut sink, code, reason).await,
             None => {
                 let (code, reason) = close_code();
