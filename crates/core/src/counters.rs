@@ -62,6 +62,10 @@ counters! {
     profile_errors,
     /// Calls refused at dispatch because the caller's profile hides the tool.
     scope_refusals,
+    /// Context blocks withheld because the client's concept or context was malformed.
+    context_malformed,
+    /// Degradation steps taken to fit a context block under its byte cap.
+    context_degraded,
 }
 
 impl CoreCounters {

@@ -6,6 +6,7 @@
 //! - [`turn`] — one model turn against one session: the turn-start catalog read
 //!   (with its single retry and its no-client-tools fallback) and calls within
 //!   the per-tool budget.
+//! - [`context`] — client-declared concept and context as one delimited, capped block of information.
 //! - [`names`] — independent re-validation of namespaced names.
 //! - [`scope`] — caller profiles: which tools a caller sees and may call.
 //! - [`error`] — a sentence for the model for every error kind.
@@ -14,6 +15,7 @@
 //! Architecture invariant: core never depends on `tether-edge` and names no
 //! client or client domain; it speaks only `tether-contract`.
 
+pub mod context;
 pub mod counters;
 pub mod error;
 pub mod link;

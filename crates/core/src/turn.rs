@@ -141,6 +141,12 @@ impl<'a> Turn<'a> {
         self.manifest.as_ref()
     }
 
+    /// The client's concept and context as one delimited block of information
+    /// for the model's prompt, within `max_bytes` (see [`crate::context`]).
+    pub fn context_block(&self, max_bytes: usize) -> Option<String> {
+        crate::context::context_block(self.manifest.as_ref()?, max_bytes, &self.counters)
+    }
+
     /// Why the turn has no client tools, when the turn-start read failed.
     pub fn degraded(&self) -> Option<&WireError> {
         self.degraded.as_ref()
