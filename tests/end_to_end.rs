@@ -433,3 +433,15 @@ async fn the_origin_allowlist_matches_exactly() {
     }
     assert!(edge.hub.metrics.render().contains("tether_auth_refusals_total{reason=\"origin\"} 4"));
 }
+
+#[tokio::test]
+async fn permessage_deflate_is_never_negotiated() {
+    let edge = LiveEdge::start().await;
+    let mut req = edge.device_request();
+    req.headers_mut().insert(
+        "sec-websocket-extensions",
+        HeaderValue::from_static("permessage-deflate; client_max_window_bits"),
+    );
+    let (_ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert!(resp.headers().get("sec-websocket-extensions").is_none(), "compression is not offered back");
+}

@@ -447,3 +447,20 @@ async fn wait_until_virtual(edge: &DuplexEdge, name: &str, limit: Duration) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn json_nested_past_the_depth_limit_is_a_parse_error_and_the_session_survives() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    // serde_json refuses nesting past 128 levels without recursing further.
+    let deep = format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{}{}}}",
+        "[".repeat(5_000),
+        "]".repeat(5_000)
+    );
+    ws.send(Message::text(deep)).await.unwrap();
+    let reply = next_json(&mut ws).await;
+    assert_eq!(reply["error"]["data"]["kind"], json!("parse_error"));
+    assert!(edge.hub.session(&session).is_some());
+}
