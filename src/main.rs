@@ -443,6 +443,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                     let config = tether_edge::EdgeConfig {
                         listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
                         jwt_secret: Some(secret.clone()),
+                        // The whole fleet shares one device principal.
+                        max_sessions_per_principal: usize::MAX,
                         ..tether_edge::EdgeConfig::default()
                     };
                     let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;

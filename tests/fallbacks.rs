@@ -464,3 +464,61 @@ async fn json_nested_past_the_depth_limit_is_a_parse_error_and_the_session_survi
     assert_eq!(reply["error"]["data"]["kind"], json!("parse_error"));
     assert!(edge.hub.session(&session).is_some());
 }
+
+#[tokio::test]
+async fn a_principal_may_hold_only_so_many_device_connections() {
+    let mut config = test_config();
+    config.max_sessions_per_principal = 2;
+    let edge = LiveEdge::start_with(config).await;
+    let (first, _) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    let (_second, _) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    match tokio_tungstenite::connect_async(edge.device_request()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 429),
+        other => panic!("third connection: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(edge.hub.counters().get("principal_limit_refusals"), 1);
+    // When one leaves, its slot is free again.
+    first.disconnect().await;
+    wait_until(|| edge.hub.session_count() == 1).await;
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok((ws, _)) = tokio_tungstenite::connect_async(edge.device_request()).await {
+            again = Some(ws);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(again.is_some(), "the freed slot can be used");
+}
+
+#[tokio::test]
+async fn an_address_may_hold_only_so_many_unauthenticated_connections() {
+    use tokio::io::AsyncReadExt;
+    let mut config = test_config();
+    config.max_unauthenticated_per_ip = 3;
+    let edge = LiveEdge::start_with(config).await;
+    let addr = edge.url.trim_start_matches("ws://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let loopback: std::net::IpAddr = [127, 0, 0, 1].into();
+    wait_until(|| edge.hub.unauthenticated_from(loopback) == 3).await;
+    let mut fourth = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), fourth.read(&mut buf)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "the fourth silent connection is dropped at once");
+    assert_eq!(edge.hub.counters().get("ip_limit_refusals"), 1);
+    drop(held);
+    // Authenticated devices are not held back once the silent ones are gone.
+    wait_until(|| edge.hub.counters().get("ip_limit_refusals") == 1).await;
+    let mut ok = false;
+    for _ in 0..100 {
+        if tokio_tungstenite::connect_async(edge.device_request()).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ok);
+}

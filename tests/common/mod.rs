@@ -42,6 +42,8 @@ pub fn test_config() -> EdgeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         jwt_secret: Some(SECRET.into()),
         data_dir: std::env::temp_dir().join("tether-tests-unused"),
+        // Fleets in these tests share one principal; the limit has its own test.
+        max_sessions_per_principal: 100_000,
         ..EdgeConfig::default()
     }
 }

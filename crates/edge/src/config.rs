@@ -45,6 +45,10 @@ pub struct EdgeConfig {
     pub ping_interval: Duration,
     /// A device that sends nothing (not even a pong) for this long is closed (half-open sockets).
     pub idle_timeout: Duration,
+    /// Device connections one principal may hold at once; more get HTTP 429.
+    pub max_sessions_per_principal: usize,
+    /// Connections one address may hold before authenticating; more are dropped.
+    pub max_unauthenticated_per_ip: usize,
     /// Browser origins allowed to upgrade, matched exactly; empty allows any.
     /// Requests without an `Origin` header (native clients) are not affected.
     pub allowed_origins: Vec<String>,
@@ -70,6 +74,8 @@ impl Default for EdgeConfig {
             backend_max_in_flight: 4096,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
+            max_sessions_per_principal: 64,
+            max_unauthenticated_per_ip: 256,
             allowed_origins: Vec::new(),
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),

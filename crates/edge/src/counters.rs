@@ -55,6 +55,10 @@ counters! {
     upgrade_refused,
     /// Upgrades that did not finish within the handshake deadline.
     handshake_timeouts,
+    /// Device upgrades refused because the principal holds too many connections (429).
+    principal_limit_refusals,
+    /// Connections dropped because their address held too many unauthenticated ones.
+    ip_limit_refusals,
     /// Backend tools/call requests received.
     calls_started,
     /// Calls that ended with a device result.

@@ -61,6 +61,8 @@ pub struct Hub {
     closed: Mutex<Tombstones>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
+    per_principal: DashMap<String, usize>,
+    per_ip_unauthenticated: DashMap<std::net::IpAddr, usize>,
     idle: Notify,
     events: broadcast::Sender<BackendEvent>,
 }
@@ -77,6 +79,8 @@ impl Hub {
             closed: Mutex::default(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            per_principal: DashMap::new(),
+            per_ip_unauthenticated: DashMap::new(),
             idle: Notify::new(),
             events,
         })
@@ -121,6 +125,33 @@ impl Hub {
 
     pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// Takes one of `principal`'s device connection slots, or None when it has
+    /// `max_sessions_per_principal` already; the slot frees when the guard drops.
+    pub(crate) fn principal_slot(self: &Arc<Self>, principal: &str) -> Option<PrincipalSlot> {
+        let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
+        if *n >= self.config.max_sessions_per_principal {
+            return None;
+        }
+        *n += 1;
+        Some(PrincipalSlot { hub: Arc::clone(self), principal: principal.to_owned() })
+    }
+
+    /// Takes one of `ip`'s not-yet-authenticated connection slots, or None when it has
+    /// `max_unauthenticated_per_ip` already; the slot frees when the guard drops.
+    pub(crate) fn unauthenticated_slot(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<IpSlot> {
+        let mut n = self.per_ip_unauthenticated.entry(ip).or_insert(0);
+        if *n >= self.config.max_unauthenticated_per_ip {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot { hub: Arc::clone(self), ip })
+    }
+
+    /// Connections from `ip` that have not authenticated yet.
+    pub fn unauthenticated_from(&self, ip: std::net::IpAddr) -> usize {
+        self.per_ip_unauthenticated.get(&ip).map_or(0, |n| *n)
     }
 
     /// Backend calls in flight right now.
@@ -198,5 +229,37 @@ impl Drop for CallGuard {
         if self.hub.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.hub.idle.notify_waiters();
         }
+    }
+}
+
+/// One device connection of a principal; dropping it frees the slot.
+#[derive(Debug)]
+pub(crate) struct PrincipalSlot {
+    hub: Arc<Hub>,
+    principal: String,
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        self.hub.per_principal.remove_if_mut(&self.principal, |_, n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
+    }
+}
+
+/// One connection from an address that has not authenticated yet.
+#[derive(Debug)]
+pub(crate) struct IpSlot {
+    hub: Arc<Hub>,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        self.hub.per_ip_unauthenticated.remove_if_mut(&self.ip, |_, n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
     }
 }

@@ -44,9 +44,9 @@ pub enum EdgeError {
 }
 
 /// Which link an upgrade opened.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum Route {
-    Client(String, Option<Duration>),
+    Client(String, Option<Duration>, crate::hub::PrincipalSlot),
     Backend(String),
 }
 
@@ -189,7 +189,12 @@ fn bearer(req: &Request) -> Option<String> {
 }
 
 /// Decides an upgrade: which link, whose credential, and the response headers.
-fn upgrade(req: &Request, mut resp: Response, keys: &Keys, hub: &Hub) -> Result<(Response, Route), Refusal> {
+fn upgrade(
+    req: &Request,
+    mut resp: Response,
+    keys: &Keys,
+    hub: &Arc<Hub>,
+) -> Result<(Response, Route), Refusal> {
     let metrics = &hub.metrics;
     let counters = &metrics.counters;
     let path = req.uri().path();
@@ -242,7 +247,18 @@ fn upgrade(req: &Request, mut resp: Response, keys: &Keys, hub: &Hub) -> Result<
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
-                Route::Client(claims.sub, Some(Duration::from_secs(claims.exp.saturating_sub(now))))
+                let Some(slot) = hub.principal_slot(&claims.sub) else {
+                    EdgeCounters::bump(&counters.principal_limit_refusals);
+                    info!(path, "upgrade refused: too many connections for this principal");
+                    return Err(refuse(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        format!(
+                            "at most {} device connections per principal",
+                            hub.config.max_sessions_per_principal
+                        ),
+                    ));
+                };
+                Route::Client(claims.sub, Some(Duration::from_secs(claims.exp.saturating_sub(now))), slot)
             } else {
                 Route::Backend(claims.sub)
             };
@@ -267,6 +283,11 @@ async fn connection(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let Some(unauthenticated) = hub.unauthenticated_slot(peer.ip()) else {
+        EdgeCounters::bump(&hub.counters().ip_limit_refusals);
+        debug!(%peer, "too many unauthenticated connections from this address; dropped");
+        return;
+    };
     let head = tokio::select! {
         // Boxed: the head buffer and the handshake state are needed once, and
         // unboxed they would stay in this task's future for the session's life.
@@ -321,9 +342,12 @@ async fn connection(
             return;
         }
     };
+    // Authenticated now: this connection no longer counts against its address.
+    drop(unauthenticated);
     let (sink, stream) = ws.split();
     match route {
-        Some(Route::Client(principal, expires_in)) => {
+        Some(Route::Client(principal, expires_in, _slot)) => {
+            // `_slot` lives as long as the session: the principal's count drops when it ends.
             crate::session::serve_client(hub, sink, stream, principal, expires_in, shutdown).await
         }
         Some(Route::Backend(principal)) => {

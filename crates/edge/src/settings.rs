@@ -145,6 +145,8 @@ impl Resolved {
             shutdown_grace_ms = (ms(c.shutdown_grace) as i64)
             ping_interval_ms = (ms(c.ping_interval) as i64)
             idle_timeout_ms = (ms(c.idle_timeout) as i64)
+            max_sessions_per_principal = (c.max_sessions_per_principal as i64)
+            max_unauthenticated_per_ip = (c.max_unauthenticated_per_ip as i64)
         };
         let mut out = toml::to_string(&view).unwrap_or_default();
         if !clients.is_empty() {
@@ -219,6 +221,8 @@ struct LimitsSection {
     shutdown_grace_ms: Option<u64>,
     ping_interval_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
+    max_sessions_per_principal: Option<usize>,
+    max_unauthenticated_per_ip: Option<usize>,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -371,6 +375,10 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                             config.shutdown_grace = ms(l.shutdown_grace_ms, config.shutdown_grace);
                             config.ping_interval = ms(l.ping_interval_ms, config.ping_interval);
                             config.idle_timeout = ms(l.idle_timeout_ms, config.idle_timeout);
+                            config.max_sessions_per_principal =
+                                l.max_sessions_per_principal.unwrap_or(config.max_sessions_per_principal);
+                            config.max_unauthenticated_per_ip =
+                                l.max_unauthenticated_per_ip.unwrap_or(config.max_unauthenticated_per_ip);
                             config.outbound_queue = l.outbound_queue.unwrap_or(config.outbound_queue);
                         }
                         Err(e) => issue(

@@ -78,7 +78,15 @@ impl Server {
         match target {
             Target::Tether => {
                 let dir = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
-                cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir);
+                // The bench's devices share one principal; lift the per-principal limit.
+                let config = dir.join("bench.toml");
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                std::fs::write(&config, "[limits]\nmax_sessions_per_principal = 1000000\n")
+                    .map_err(|e| e.to_string())?;
+                cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
+                    .arg(config)
+                    .arg("--data-dir")
+                    .arg(dir);
                 cmd.env("TETHER_JWT_SECRET", SECRET);
             }
             Target::Bare => {
