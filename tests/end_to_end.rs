@@ -149,16 +149,7 @@ async fn every_bad_token_gets_401_and_no_session() {
 async fn browsers_pass_the_token_in_the_query_and_it_never_reaches_the_logs() {
     let edge = LiveEdge::start().await;
     let good = edge.client_token("mira");
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let expired = keys()
-        .sign(&Claims {
-            sub: "mira".into(),
-            aud: "tether-client".into(),
-            exp: now - 3600,
-            nbf: now - 7200,
-            iat: now,
-        })
-        .unwrap();
+    let expired = common::expired_user("mira");
     let ((), logs) = common::capture_logs(async {
         assert_eq!(
             try_connect(&edge.url, &format!("/v1/client?access_token={expired}"), None).await,
@@ -375,16 +366,7 @@ async fn only_the_user_who_owns_the_session_can_call_it() {
     let edge = LiveEdge::start().await;
     let (dev, session) = edge.device(DeviceSpec::minimal(vec![tool("read")])).await;
     let link = edge.backend().await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let expired = keys()
-        .sign(&Claims {
-            sub: "mira".into(),
-            aud: "tether-client".into(),
-            exp: now - 3600,
-            nbf: now - 7200,
-            iat: now,
-        })
-        .unwrap();
+    let expired = common::expired_user("mira");
     let cases: Vec<(&str, Option<String>, ErrorKind)> = vec![
         ("service token alone", None, ErrorKind::Forbidden),
         ("another user", Some(common::user("leo")), ErrorKind::Forbidden),

@@ -32,6 +32,19 @@ pub fn user(sub: &str) -> String {
     keys().issue(sub, "tether-client", Duration::from_secs(600)).unwrap()
 }
 
+/// A user credential for `sub` that expired an hour ago.
+pub fn expired_user(sub: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = tether_edge::auth::Claims {
+        sub: sub.into(),
+        aud: "tether-client".into(),
+        exp: now - 3600,
+        nbf: now - 7200,
+        iat: now,
+    };
+    keys().sign(&claims).unwrap()
+}
+
 pub fn fixture(path: &str) -> Value {
     let full = format!("{}/proto-fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&full).unwrap()).unwrap()
@@ -198,29 +211,46 @@ pub async fn wait_until(mut cond: impl FnMut() -> bool) {
     panic!("condition not reached");
 }
 
-/// Runs `f` with tracing captured into a string (current-thread runtimes only).
-pub async fn capture_logs<F: Future>(f: F) -> (F::Output, String) {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes to the calling thread's capture buffer, if one is active.
+struct ThreadWriter;
+
+impl Write for ThreadWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(buf) = c.borrow().as_ref() {
+                buf.lock().unwrap().extend_from_slice(b);
+            }
+        });
+        Ok(b.len())
     }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `f` with tracing captured into a string (current-thread runtimes only).
+///
+/// One global subscriber routes each thread's events to that thread's buffer:
+/// per-thread subscribers (`set_default`) race on tracing's cached callsite
+/// interest when tests run in parallel, and drop lines.
+pub async fn capture_logs<F: Future>(f: F) -> (F::Output, String) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThreadWriter)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Arc::clone(&buf)));
     let out = f.await;
-    drop(guard);
-    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    CAPTURE.with(|c| *c.borrow_mut() = None);
+    let text = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
     (out, text)
 }
