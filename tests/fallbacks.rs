@@ -245,27 +245,39 @@ async fn refused_upgrades_and_slow_handshakes_are_counted() {
     wait_until(|| edge.hub.counters().get("handshake_timeouts") == 1).await;
 }
 
-#[test]
-fn every_counter_is_documented_and_driven_by_a_test() {
+/// Every Rust source under `dirs`, concatenated (where tests that drive counters live).
+fn rust_sources(dirs: &[&str]) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
-    let ops = std::fs::read_to_string(format!("{root}/docs/OPERATIONS.md")).unwrap();
-    let mut tests = String::new();
-    for dir in ["tests", "crates/edge/tests"] {
+    let mut out = String::new();
+    for dir in dirs {
         for entry in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "rs") {
-                tests.push_str(&std::fs::read_to_string(path).unwrap());
+                out.push_str(&std::fs::read_to_string(path).unwrap());
             }
         }
     }
-    for (name, help) in EdgeCounters::describe() {
+    out
+}
+
+/// Each counter has help text, a row `{prefix}{name}_total` in docs/OPERATIONS.md,
+/// and a test in `dirs` that names it.
+fn check_counters(counters: Vec<(&str, &str)>, prefix: &str, dirs: &[&str]) {
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md")).unwrap();
+    let tests = rust_sources(dirs);
+    for (name, help) in counters {
         assert!(!help.is_empty(), "{name} has no help text");
         assert!(
-            ops.contains(&format!("tether_{name}_total")),
-            "docs/OPERATIONS.md does not list tether_{name}_total"
+            ops.contains(&format!("{prefix}{name}_total")),
+            "docs/OPERATIONS.md does not list {prefix}{name}_total"
         );
-        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the {name} counter");
+        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the {prefix}{name} counter");
     }
+}
+
+#[test]
+fn every_counter_is_documented_and_driven_by_a_test() {
+    check_counters(EdgeCounters::describe(), "tether_", &["tests", "crates/edge/tests"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -350,26 +362,8 @@ async fn core_counts_its_own_fallbacks() {
 
 #[test]
 fn every_core_counter_is_documented_and_driven_by_a_test() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let ops = std::fs::read_to_string(format!("{root}/docs/OPERATIONS.md")).unwrap();
-    let mut tests = String::new();
     // Core's unit tests live beside the code they test.
-    for dir in ["tests", "crates/core/src"] {
-        for entry in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "rs") {
-                tests.push_str(&std::fs::read_to_string(path).unwrap());
-            }
-        }
-    }
-    for (name, help) in tether_core::CoreCounters::describe() {
-        assert!(!help.is_empty(), "{name} has no help text");
-        assert!(
-            ops.contains(&format!("tether_core_{name}_total")),
-            "docs/OPERATIONS.md does not list tether_core_{name}_total"
-        );
-        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the core {name} counter");
-    }
+    check_counters(tether_core::CoreCounters::describe(), "tether_core_", &["tests", "crates/core/src"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -137,6 +137,13 @@ impl DuplexEdge {
         DuplexEdge { hub: Hub::new(config, keys()), shutdown: CancellationToken::new() }
     }
 
+    /// An in-memory pipe: the edge's end as a configured server socket, and the peer's raw end.
+    async fn pipe(&self, size: usize) -> (WebSocketStream<DuplexStream>, DuplexStream) {
+        let (edge_end, peer_end) = tokio::io::duplex(size);
+        let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
+        (WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await, peer_end)
+    }
+
     /// A device-side socket whose other end the edge serves as `/v1/client`.
     pub async fn raw_device(&self) -> WebSocketStream<DuplexStream> {
         self.raw_device_with_pipe(PIPE).await
@@ -153,9 +160,7 @@ impl DuplexEdge {
         size: usize,
         expires_in: Option<Duration>,
     ) -> WebSocketStream<DuplexStream> {
-        let (edge_end, device_end) = tokio::io::duplex(size);
-        let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
-        let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+        let (edge_ws, device_end) = self.pipe(size).await;
         let (sink, stream) = edge_ws.split();
         tokio::spawn(tether_edge::session::serve_client(
             Arc::clone(&self.hub),
@@ -179,9 +184,7 @@ impl DuplexEdge {
 
     /// A backend link over a duplex pipe.
     pub async fn backend(&self) -> BackendLink {
-        let (edge_end, backend_end) = tokio::io::duplex(PIPE);
-        let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
-        let edge_ws = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+        let (edge_ws, backend_end) = self.pipe(PIPE).await;
         let (sink, stream) = edge_ws.split();
         tokio::spawn(tether_edge::backend::serve_backend(
             Arc::clone(&self.hub),

@@ -129,16 +129,16 @@ impl Server {
 
 fn tokens() -> Result<(String, String), String> {
     // Minted here with the same secret the spawned edge is given.
-    let keys = tether_core_keys::Keys::new(SECRET.as_bytes());
+    let keys = jwt::Signer::new(SECRET.as_bytes());
     Ok((keys.issue("bench-device", "tether-client")?, keys.issue("bench-driver", "tether-backend")?))
 }
 
-/// A tiny HS256 signer so the harness needs no edge code: the claims tether requires.
-mod tether_core_keys {
-    pub(super) struct Keys(Vec<u8>);
-    impl Keys {
-        pub(super) fn new(secret: &[u8]) -> Keys {
-            Keys(secret.to_vec())
+/// Mints HS256 tokens with the claims tether requires, so the harness needs no edge code.
+mod jwt {
+    pub(super) struct Signer(Vec<u8>);
+    impl Signer {
+        pub(super) fn new(secret: &[u8]) -> Signer {
+            Signer(secret.to_vec())
         }
         pub(super) fn issue(&self, sub: &str, aud: &str) -> Result<String, String> {
             let now = std::time::SystemTime::now()
