@@ -126,6 +126,7 @@ fn wire_field_names_are_pinned() {
         (DropReason::TooManyTools, "too_many_tools"),
         (DropReason::TooManyPages, "too_many_pages"),
         (DropReason::InvalidDeclaration, "invalid_declaration"),
+        (DropReason::SchemaRejected, "schema_rejected"),
     ] {
         assert_eq!(serde_json::to_value(reason).unwrap(), Value::from(name));
         assert_eq!(reason.as_str(), name);

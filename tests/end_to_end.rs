@@ -95,9 +95,14 @@ async fn is_error_results_and_device_errors_become_client_errors() {
     assert_eq!(err.detail("retryable"), Some(&json!(false)));
     assert!(tether_core::for_model(&err).contains("do not retry"));
 
-    let err = turn.call("not_namespaced", json!({})).await.unwrap_err();
+    let err = turn.call("client__Bad-Name", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidName);
     assert_eq!(link.counters().get("names_rejected"), 1);
+    // A plain name could only be a server-side tool; none offers it, so it is unknown.
+    let err = turn.call("not_namespaced", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ToolUnavailable);
+    assert_eq!(err.detail("available"), Some(&json!(["client__confirm"])));
+    assert_eq!(link.counters().get("unknown_tools"), 1);
 }
 
 async fn try_connect(url: &str, path_and_query: &str, bearer: Option<&str>) -> Result<(), u16> {
@@ -353,7 +358,7 @@ async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_ne
     turn.call("client__read_location", json!({"accuracy": "fine"})).await.unwrap();
     assert_eq!(dev.observed.calls().len(), 1);
 
-    // With every tool in scope, a never-listed name is still refused by the edge.
+    // With every tool in scope, a never-listed name is still refused at dispatch.
     let mut open =
         Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let err = open.call("client__drop_all_tables", json!({})).await.unwrap_err();

@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 
 use common::{wait_until, LiveEdge};
+use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::{Budgets, ErrorKind};
 use tether_core::Turn;
 use tether_harness::device::tool;
@@ -47,7 +48,11 @@ async fn health_readiness_and_metrics_share_the_websocket_port() {
     let mut turn =
         Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     turn.call("client__ping", json!({})).await.unwrap();
-    turn.call("client__missing", json!({})).await.unwrap_err();
+    // Straight to the edge: core's dispatcher would refuse an unlisted name before sending it.
+    let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
+    let missing =
+        CallParams { session: session.clone(), name: "client__missing".into(), arguments: json!({}), meta };
+    link.call(missing, Duration::from_secs(12)).await.unwrap_err();
 
     let (status, text) = http_get(&edge.url, "/metrics").await;
     assert_eq!(status, 200);

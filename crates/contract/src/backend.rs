@@ -82,6 +82,9 @@ pub enum DropReason {
     TooManyPages,
     /// The declaration had no usable name.
     InvalidDeclaration,
+    /// A declared schema is not an object, too deep, too large, or references
+    /// something outside itself.
+    SchemaRejected,
 }
 
 impl DropReason {
@@ -93,6 +96,7 @@ impl DropReason {
             DropReason::TooManyTools => "too_many_tools",
             DropReason::TooManyPages => "too_many_pages",
             DropReason::InvalidDeclaration => "invalid_declaration",
+            DropReason::SchemaRejected => "schema_rejected",
         }
     }
 }
@@ -106,6 +110,9 @@ pub struct DroppedTool {
     pub bytes: usize,
     /// Why it was dropped.
     pub reason: DropReason,
+    /// What exactly was wrong, when the reason alone does not say (a schema's violation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// A session's applied manifest as the backend sees it.

@@ -4,7 +4,7 @@
 //! JSON-RPC framing ([`jsonrpc`]), the MCP-shaped client-link payloads
 //! ([`mcp`]), the backend-link payloads ([`backend`]), the error kinds with
 //! their stable codes ([`error`]), the namespace shape ([`names`]), the size
-//! caps ([`limits`]) and the time budgets ([`budget`]).
+//! caps ([`limits`]), the limits on declared schemas ([`schema`]) and the time budgets ([`budget`]).
 //!
 //! Architecture invariant: this crate does no I/O and names no client or
 //! client domain. It is types and rules only, so both deployables can link it
@@ -17,10 +17,12 @@ pub mod jsonrpc;
 pub mod limits;
 pub mod mcp;
 pub mod names;
+pub mod schema;
 
 pub use budget::{BudgetError, Budgets, Leg};
 pub use error::{ErrorKind, WireError};
 pub use limits::{CapError, Caps};
+pub use schema::{SchemaLimits, SchemaViolation};
 
 /// Subprotocol a client offers at upgrade; the edge refuses to guess versions.
 pub const CLIENT_SUBPROTOCOL: &str = "tether.v1";

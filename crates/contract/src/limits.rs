@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::SchemaLimits;
+
 /// Byte and count caps applied by the edge, with the design's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Caps {
@@ -23,6 +25,10 @@ pub struct Caps {
     pub result_bytes: usize,
     /// Most `tools/list` pages the edge follows through `nextCursor`.
     pub max_list_pages: usize,
+    /// Deepest JSON nesting of a declared input or output schema.
+    pub schema_depth: usize,
+    /// Most objects (subschemas) in a declared input or output schema.
+    pub schema_nodes: usize,
 }
 
 impl Default for Caps {
@@ -35,6 +41,8 @@ impl Default for Caps {
             description_chars: 512,
             result_bytes: 12_288,
             max_list_pages: 8,
+            schema_depth: SchemaLimits::default().max_depth,
+            schema_nodes: SchemaLimits::default().max_nodes,
         }
     }
 }
@@ -66,6 +74,11 @@ pub enum CapError {
 }
 
 impl Caps {
+    /// The schema limits these caps set, for [`crate::schema::check`].
+    pub fn schema_limits(&self) -> SchemaLimits {
+        SchemaLimits { max_depth: self.schema_depth, max_nodes: self.schema_nodes }
+    }
+
     /// Checks every cap against the ceiling and each other.
     pub fn validate(&self) -> Result<(), CapError> {
         let counts = [
@@ -76,6 +89,8 @@ impl Caps {
             ("description_chars", self.description_chars),
             ("result_bytes", self.result_bytes),
             ("max_list_pages", self.max_list_pages),
+            ("schema_depth", self.schema_depth),
+            ("schema_nodes", self.schema_nodes),
         ];
         if let Some((name, _)) = counts.iter().find(|(_, v)| *v == 0) {
             return Err(CapError::Zero(name));

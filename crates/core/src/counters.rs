@@ -66,6 +66,14 @@ counters! {
     context_malformed,
     /// Degradation steps taken to fit a context block under its byte cap.
     context_degraded,
+    /// Calls refused at dispatch because no reachable source offers the name.
+    unknown_tools,
+    /// Calls refused at dispatch because the arguments do not match the tool's input schema.
+    arguments_rejected,
+    /// Results withheld because they do not match the tool's declared output schema.
+    results_rejected,
+    /// Tools left unlisted because their schema breaks the limits or does not compile.
+    schemas_refused,
 }
 
 impl CoreCounters {

@@ -19,6 +19,11 @@ fn detail_u64(err: &WireError, key: &str) -> Option<u64> {
 /// Renders `err` as one sentence written for the model.
 pub fn for_model(err: &WireError) -> String {
     match err.kind {
+        ErrorKind::Internal if detail_str(err, "reason") == Some("result_shape") => {
+            "The tool ran, but its result did not match the shape it declares, so it was withheld; do not \
+             retry it this turn, and tell the user the result could not be read."
+                .to_owned()
+        }
         ErrorKind::ParseError | ErrorKind::InvalidRequest | ErrorKind::MethodNotFound | ErrorKind::Internal => {
             "The tool could not be run because of an internal error in the tool broker; do not retry it \
              this turn, and tell the user the device tool is temporarily unavailable."

@@ -1,10 +1,20 @@
-//! Caller profiles: which client tools a caller may see and call.
+//! Caller profiles: which sources and tools a caller may see and call, how
+//! they are bound, and how slow a source it may wait on.
 //!
-//! A profile selects *tools*, never data scope: who the user is comes only
-//! from a verified credential. Listing is a hint to the model; dispatch is the
-//! gate — [`crate::Turn`] filters what it lists by the profile and re-checks
-//! the profile on every call, so a name the model "knows" but was never shown
-//! is refused before anything is sent.
+//! A profile selects *sources and tools*, never data scope: who the user is
+//! comes only from a verified credential, so a profile has no tenant or
+//! principal field (unknown keys are refused). Listing is a hint to the model;
+//! dispatch is the gate — [`crate::Turn`] filters what it lists by the profile
+//! and re-checks the profile on every call, so a name the model "knows" but
+//! was never shown is refused before anything is sent.
+//!
+//! ```toml
+//! [callers.support]
+//! sources = ["client", "orders"]   # default ["client"]; "*" for every source
+//! tools = ["client__get_*", "get_order"]
+//! binding = "direct"               # or "discovery": the model starts with find_tools only
+//! latency = "interactive"          # or "background": also reach slow sources
+//! ```
 //!
 //! Profiles come from the `[callers.NAME]` tables of the configuration file and
 //! are resolved lazily, one at a time: a malformed profile fails only the
@@ -20,6 +30,7 @@ use tracing::warn;
 use tether_contract::{ErrorKind, WireError};
 
 use crate::counters::CoreCounters;
+use crate::source::{LatencyClass, CLIENT_SOURCE};
 
 /// One allow-list entry: an exact name, or a prefix ending in `*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,36 +46,85 @@ impl Pattern {
     }
 }
 
+/// How a caller's tools reach the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Binding {
+    /// Every reachable tool is listed up front.
+    #[default]
+    Direct,
+    /// Only the `find_tools` meta-tool is listed; a tool becomes callable once
+    /// the model has found it (for callers with many tools and little context).
+    Discovery,
+}
+
 /// What one caller may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallerProfile {
     /// Profile name.
     pub name: String,
-    /// Allowed namespaced tool names.
+    /// Reachable source ids (`client`, a registered source, or `*`).
+    pub sources: Vec<String>,
+    /// Allowed tool names.
     pub tools: Vec<Pattern>,
+    /// How the tools are offered.
+    pub binding: Binding,
+    /// The slowest source this caller may wait on.
+    pub latency: LatencyClass,
 }
 
 impl CallerProfile {
-    /// A profile that allows every client tool (the default when none is configured).
+    /// A profile that allows every source and tool (the default when none is configured).
     pub fn everything() -> CallerProfile {
-        CallerProfile { name: "default".into(), tools: vec![Pattern("client__*".into())] }
+        CallerProfile {
+            name: "default".into(),
+            sources: vec!["*".into()],
+            tools: vec![Pattern("*".into())],
+            binding: Binding::Direct,
+            latency: LatencyClass::Background,
+        }
     }
 
     /// A profile that allows nothing: what a caller with a broken profile gets.
     pub fn nothing(name: &str) -> CallerProfile {
-        CallerProfile { name: name.into(), tools: Vec::new() }
+        CallerProfile {
+            name: name.into(),
+            sources: Vec::new(),
+            tools: Vec::new(),
+            binding: Binding::Direct,
+            latency: LatencyClass::Interactive,
+        }
     }
 
-    /// Whether the profile reaches `tool`.
+    /// Whether the profile allows the tool name `tool`.
     pub fn allows(&self, tool: &str) -> bool {
         self.tools.iter().any(|p| p.matches(tool))
+    }
+
+    /// Whether the profile reaches a source with this id and latency class.
+    pub fn reaches(&self, source: &str, latency: LatencyClass) -> bool {
+        latency <= self.latency && self.sources.iter().any(|s| s == "*" || s == source)
     }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileSection {
+    #[serde(default = "client_only")]
+    sources: Vec<String>,
     tools: Vec<String>,
+    #[serde(default)]
+    binding: Binding,
+    #[serde(default = "interactive")]
+    latency: LatencyClass,
+}
+
+fn client_only() -> Vec<String> {
+    vec![CLIENT_SOURCE.to_owned()]
+}
+
+fn interactive() -> LatencyClass {
+    LatencyClass::Interactive
 }
 
 fn resolve(name: &str, value: &Value) -> Result<CallerProfile, String> {
@@ -73,13 +133,24 @@ fn resolve(name: &str, value: &Value) -> Result<CallerProfile, String> {
     let mut tools = Vec::with_capacity(section.tools.len());
     for t in section.tools {
         let stem = t.strip_suffix('*').unwrap_or(&t);
-        let valid = t == "*" || (!stem.contains('*') && stem.starts_with(tether_contract::names::PREFIX));
+        let valid = t == "*" || (!stem.is_empty() && stem.chars().all(tether_contract::names::is_slug_char));
         if !valid {
-            return Err(format!("tool pattern {t:?} must be a client__ name, optionally ending in *"));
+            return Err(format!(
+                "tool pattern {t:?} must be a tool name over [a-z0-9_], optionally ending in *"
+            ));
         }
         tools.push(Pattern(t));
     }
-    Ok(CallerProfile { name: name.to_owned(), tools })
+    if let Some(bad) = section.sources.iter().find(|s| s.is_empty()) {
+        return Err(format!("source {bad:?} must be a source id or *"));
+    }
+    Ok(CallerProfile {
+        name: name.to_owned(),
+        sources: section.sources,
+        tools,
+        binding: section.binding,
+        latency: section.latency,
+    })
 }
 
 /// Every configured caller profile, resolved on first use.
@@ -156,6 +227,32 @@ mod tests {
         assert!(!support.allows("client__write_value"));
         assert!(CallerProfile::everything().allows("client__anything"));
         assert!(!CallerProfile::nothing("x").allows("client__anything"));
+    }
+
+    #[test]
+    fn sources_binding_and_latency() {
+        let p = profiles(concat!(
+            "[callers.chat]\ntools = [\"*\"]\n",
+            "[callers.batch]\nsources = [\"client\", \"reports\"]\ntools = [\"*\"]\n",
+            "binding = \"discovery\"\nlatency = \"background\"\n",
+            "[callers.tenant]\ntools = [\"*\"]\nprincipal = \"leo\"\n",
+        ));
+        let chat = p.get("chat").unwrap();
+        assert_eq!((chat.binding, chat.latency), (Binding::Direct, LatencyClass::Interactive));
+        assert!(chat.reaches("client", LatencyClass::Interactive));
+        assert!(!chat.reaches("reports", LatencyClass::Interactive), "sources default to the client only");
+        let batch = p.get("batch").unwrap();
+        assert_eq!(batch.binding, Binding::Discovery);
+        assert!(batch.reaches("reports", LatencyClass::Background));
+        assert!(!batch.reaches("other", LatencyClass::Interactive));
+        let everything = CallerProfile::everything();
+        assert!(everything.reaches("anything", LatencyClass::Background));
+        let tenant = p.get("tenant").unwrap_err();
+        assert!(
+            tenant.message.contains("principal"),
+            "a profile never carries data scope: {}",
+            tenant.message
+        );
     }
 
     #[test]

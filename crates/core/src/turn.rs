@@ -1,54 +1,161 @@
-//! One model turn against one client session.
+//! One model turn: the tools a caller may be offered, and the dispatcher that
+//! gates every call to them.
 //!
 //! [`Turn::begin`] reads the session's catalog once, at turn start, within
 //! its own 2 s budget and one retry after a short backoff; that retry is
 //! deliberately outside the mid-turn chain. If the read still fails the turn
 //! proceeds without client tools (logged and counted), never blocked.
-//! [`Turn::call`] re-validates the name and enforces the 12 s per-tool budget.
+//!
+//! [`Turn::call`] is the enforcement point, in this order, before anything is
+//! sent: the name's shape, the caller's scope, that a reachable source offers
+//! the name, discovery binding, then the arguments against the tool's input
+//! schema. The call runs within the 12 s per-tool budget; a result that
+//! declares an output schema must match it or is withheld.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use tether_contract::backend::{CallMeta, CallParams, Manifest};
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
-use tether_contract::{Budgets, ErrorKind, WireError};
+use tether_contract::names::PREFIX;
+use tether_contract::{Budgets, ErrorKind, Leg, SchemaLimits, WireError};
 
 use crate::counters::CoreCounters;
+use crate::enforce::ToolSchemas;
 use crate::link::BackendLink;
 use crate::names;
-use crate::scope::CallerProfile;
+use crate::registry::{Registry, FIND_TOOLS};
+use crate::scope::{Binding, CallerProfile};
+use crate::source::{AuthPosture, CallContext, LatencyClass, ToolSource, CLIENT_SOURCE};
 
-/// A turn's view of one session: its tools and how to call them.
+/// Most tools one `find_tools` call returns.
+const FIND_TOOLS_LIMIT: usize = 8;
+
+/// The client source: the turn's session, over the backend link.
 #[derive(Debug)]
-pub struct Turn<'a> {
+pub struct ClientSource<'a> {
     link: &'a BackendLink,
     session: String,
+    manifest: Mutex<Option<Manifest>>,
+}
+
+impl ClientSource<'_> {
+    fn manifest(&self) -> Option<Manifest> {
+        match self.manifest.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_manifest(&self, manifest: Manifest) {
+        match self.manifest.lock() {
+            Ok(mut g) => *g = Some(manifest),
+            Err(p) => *p.into_inner() = Some(manifest),
+        }
+    }
+
+    fn seq(&self) -> Option<u64> {
+        self.manifest().map(|m| m.seq)
+    }
+}
+
+impl ToolSource for ClientSource<'_> {
+    fn id(&self) -> &str {
+        CLIENT_SOURCE
+    }
+
+    fn posture(&self) -> AuthPosture {
+        AuthPosture::SessionBound
+    }
+
+    fn latency(&self) -> LatencyClass {
+        LatencyClass::Interactive
+    }
+
+    fn tools(&self) -> Vec<ToolDeclaration> {
+        self.manifest().map(|m| m.tools).unwrap_or_default()
+    }
+
+    fn call<'b>(
+        &'b self,
+        name: &'b str,
+        arguments: Value,
+        ctx: CallContext<'b>,
+    ) -> BoxFuture<'b, Result<CallToolResult, WireError>> {
+        Box::pin(async move {
+            let budget = ctx.remaining();
+            let params = CallParams {
+                session: self.session.clone(),
+                name: name.to_owned(),
+                arguments,
+                meta: CallMeta {
+                    credential: ctx.credential.map(str::to_owned),
+                    budget_ms: Some(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)),
+                    bound_seq: self.seq(),
+                    idempotency_key: ctx.idempotency_key.map(str::to_owned),
+                },
+            };
+            let response = self.link.call(params, budget).await?;
+            if let Some(fresh) = response.manifest {
+                self.set_manifest(fresh);
+            }
+            Ok(response.result)
+        })
+    }
+}
+
+/// Where a callable name goes.
+#[derive(Debug, Clone)]
+enum Route {
+    Client,
+    Server(Arc<dyn ToolSource>),
+}
+
+/// One callable tool: its route and its compiled gate.
+#[derive(Debug, Clone)]
+struct Gate {
+    route: Route,
+    declaration: ToolDeclaration,
+    schemas: Arc<ToolSchemas>,
+}
+
+/// A turn's view of one session and the caller's server-side sources.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    client: ClientSource<'a>,
     budgets: Budgets,
     turn_id: Option<String>,
-    manifest: Option<Manifest>,
-    tools: Vec<ToolDeclaration>,
     degraded: Option<WireError>,
     counters: Arc<CoreCounters>,
     profile: Arc<CallerProfile>,
     credential: Option<String>,
+    registry: Registry,
+    gates: HashMap<String, Gate>,
+    listed: Vec<ToolDeclaration>,
+    discovered: HashSet<String>,
 }
 
-fn validated(manifest: &Manifest, counters: &CoreCounters) -> Vec<ToolDeclaration> {
-    manifest
-        .tools
-        .iter()
-        .filter(|t| match names::check(&t.name) {
-            Ok(()) => true,
-            Err(violation) => {
-                CoreCounters::bump(&counters.names_rejected);
-                warn!(session = %manifest.session, name = %t.name, %violation, "edge offered an off-namespace tool name; refused");
-                false
-            }
-        })
-        .cloned()
-        .collect()
+fn find_tools_declaration() -> ToolDeclaration {
+    ToolDeclaration {
+        name: FIND_TOOLS.to_owned(),
+        title: Some("Find tools".to_owned()),
+        description: Some(
+            "Finds tools you may use for a task: give a few words; the matching tools become callable."
+                .to_owned(),
+        ),
+        input_schema: json!({
+            "type": "object",
+            "properties": {"query": {"type": "string", "maxLength": 200}},
+            "additionalProperties": false
+        }),
+        output_schema: None,
+        annotations: Some(json!({"readOnlyHint": true})),
+    }
 }
 
 impl<'a> Turn<'a> {
@@ -68,16 +175,17 @@ impl<'a> Turn<'a> {
     ) -> Turn<'a> {
         let counters = link.counters();
         let mut turn = Turn {
-            link,
-            session: session.to_owned(),
+            client: ClientSource { link, session: session.to_owned(), manifest: Mutex::new(None) },
             budgets,
             turn_id: None,
-            manifest: None,
-            tools: Vec::new(),
             degraded: None,
             counters,
             profile,
             credential: None,
+            registry: Registry::new(),
+            gates: HashMap::new(),
+            listed: Vec::new(),
+            discovered: HashSet::new(),
         };
         let mut last = None;
         for attempt in 0..2 {
@@ -103,48 +211,118 @@ impl<'a> Turn<'a> {
         CoreCounters::bump(&turn.counters.turn_start_fallbacks);
         warn!(session, error = %err, "turn-start catalog read failed; the turn proceeds without client tools");
         turn.degraded = Some(err);
+        turn.rebuild();
         turn
     }
 
     async fn read_catalog(&mut self) -> Result<(), WireError> {
-        let deadline = tokio::time::Instant::now() + self.budgets.turn_start;
-        let begun = self.link.begin_turn(&self.session, self.budgets.turn_start).await?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let manifest = self.link.list_tools(&self.session, left).await?;
+        let deadline = Instant::now() + self.budgets.turn_start;
+        let link = self.client.link;
+        let begun = link.begin_turn(&self.client.session, self.budgets.turn_start).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let manifest = link.list_tools(&self.client.session, left).await?;
         self.turn_id = Some(begun.turn);
-        self.apply(manifest);
+        info!(session = %self.client.session, seq = manifest.seq, "turn bound to manifest");
+        self.client.set_manifest(manifest);
+        self.rebuild();
         Ok(())
     }
 
-    fn apply(&mut self, manifest: Manifest) {
-        let profile = Arc::clone(&self.profile);
-        self.tools =
-            validated(&manifest, &self.counters).into_iter().filter(|t| profile.allows(&t.name)).collect();
-        info!(session = %self.session, seq = manifest.seq, tools = self.tools.len(), "turn bound to manifest");
-        self.manifest = Some(manifest);
+    /// Recomputes what is callable and what is listed from the client manifest,
+    /// the registry and the profile.
+    fn rebuild(&mut self) {
+        let limits = SchemaLimits::default();
+        let mut gates = HashMap::new();
+        let mut order = Vec::new();
+        if self.profile.reaches(CLIENT_SOURCE, self.client.latency()) {
+            for decl in self.client.tools() {
+                if let Err(violation) = names::check(&decl.name) {
+                    CoreCounters::bump(&self.counters.names_rejected);
+                    warn!(session = %self.client.session, name = %decl.name, %violation, "edge offered an off-namespace tool name; refused");
+                    continue;
+                }
+                if !self.profile.allows(&decl.name) {
+                    continue;
+                }
+                // Reuse a gate whose declaration did not change: compiling is the costly part.
+                let reused =
+                    self.gates.get(&decl.name).filter(|g| g.declaration == decl).map(|g| g.schemas.clone());
+                let schemas = match reused
+                    .map(Ok)
+                    .unwrap_or_else(|| ToolSchemas::compile(&decl, &limits).map(Arc::new))
+                {
+                    Ok(s) => s,
+                    Err(reason) => {
+                        CoreCounters::bump(&self.counters.schemas_refused);
+                        warn!(session = %self.client.session, name = %decl.name, %reason, "client tool schema refused; tool not offered");
+                        continue;
+                    }
+                };
+                order.push(decl.name.clone());
+                gates.insert(decl.name.clone(), Gate { route: Route::Client, declaration: decl, schemas });
+            }
+        }
+        for tool in self.registry.tools() {
+            let name = &tool.declaration.name;
+            if self.profile.reaches(tool.source.id(), tool.source.latency()) && self.profile.allows(name) {
+                order.push(name.clone());
+                gates.insert(
+                    name.clone(),
+                    Gate {
+                        route: Route::Server(Arc::clone(&tool.source)),
+                        declaration: tool.declaration.clone(),
+                        schemas: Arc::clone(&tool.schemas),
+                    },
+                );
+            }
+        }
+        self.listed = match self.profile.binding {
+            Binding::Direct => {
+                order.iter().filter_map(|n| gates.get(n)).map(|g| g.declaration.clone()).collect()
+            }
+            Binding::Discovery => std::iter::once(find_tools_declaration())
+                .chain(
+                    order
+                        .iter()
+                        .filter(|n| self.discovered.contains(*n))
+                        .filter_map(|n| gates.get(n))
+                        .map(|g| g.declaration.clone()),
+                )
+                .collect(),
+        };
+        self.gates = gates;
     }
 
     /// Attaches the turn's user credential, sent with every call: the edge runs a
-    /// call only when this credential's principal owns the session.
+    /// client call only when its principal owns the session, and server-side
+    /// sources verify it themselves.
     pub fn with_credential(mut self, credential: impl Into<String>) -> Self {
         self.credential = Some(credential.into());
         self
     }
 
-    /// The client tools the model may be offered now (names re-validated).
-    pub fn tools(&self) -> &[ToolDeclaration] {
-        &self.tools
+    /// Adds the backend's server-side sources; the caller's profile decides
+    /// which of their tools this turn reaches.
+    pub fn with_sources(mut self, registry: &Registry) -> Self {
+        self.registry = registry.clone();
+        self.rebuild();
+        self
     }
 
-    /// The manifest this turn is bound to (None when degraded).
-    pub fn manifest(&self) -> Option<&Manifest> {
-        self.manifest.as_ref()
+    /// The tools the model may be offered now (names re-validated, schemas compiled).
+    pub fn tools(&self) -> &[ToolDeclaration] {
+        &self.listed
+    }
+
+    /// The client manifest this turn is bound to (None when degraded).
+    pub fn manifest(&self) -> Option<Manifest> {
+        self.client.manifest()
     }
 
     /// The client's concept and context as one delimited block of information
     /// for the model's prompt, within `max_bytes` (see [`crate::context`]).
     pub fn context_block(&self, max_bytes: usize) -> Option<String> {
-        crate::context::context_block(self.manifest.as_ref()?, max_bytes, &self.counters)
+        crate::context::context_block(&self.client.manifest()?, max_bytes, &self.counters)
     }
 
     /// Why the turn has no client tools, when the turn-start read failed.
@@ -157,66 +335,111 @@ impl<'a> Turn<'a> {
         self.turn_id.as_deref()
     }
 
-    /// Calls a client tool and blocks until its one outcome, within the per-tool budget.
+    /// Calls a tool and blocks until its one outcome, within the per-tool budget.
     ///
-    /// A device-side failure (`isError`) comes back as a `client_error` carrying
-    /// the device's `code`, `retryable` and `retry_after_ms`.
+    /// A source-side failure (`isError`) comes back as a `client_error` carrying
+    /// the source's `code`, `retryable` and `retry_after_ms`.
     pub async fn call(&mut self, name: &str, arguments: Value) -> Result<CallToolResult, WireError> {
         self.call_with_key(name, arguments, None).await
     }
 
-    /// [`Turn::call`] with an idempotency key the device can de-duplicate on.
-    pub async fn call_with_key(
-        &mut self,
-        name: &str,
-        arguments: Value,
-        idempotency_key: Option<String>,
-    ) -> Result<CallToolResult, WireError> {
-        if let Err(violation) = names::check(name) {
-            CoreCounters::bump(&self.counters.names_rejected);
-            warn!(session = %self.session, name, %violation, "call to an off-namespace tool name refused");
-            return Err(WireError::new(ErrorKind::InvalidName, format!("tool name {name} {violation}")));
+    fn refuse_unknown(&self, name: &str, why: &str) -> WireError {
+        CoreCounters::bump(&self.counters.unknown_tools);
+        warn!(session = %self.client.session, name, why, "call to a tool no reachable source offers refused at dispatch");
+        let available: Vec<&str> = self.listed.iter().map(|t| t.name.as_str()).collect();
+        WireError::new(ErrorKind::ToolUnavailable, format!("{name} {why}")).with("available", available)
+    }
+
+    /// Checks everything dispatch checks, in order, and returns the gate to use.
+    fn admit(&self, name: &str, arguments: &Value) -> Result<Gate, WireError> {
+        if name.starts_with(PREFIX) {
+            if let Err(violation) = names::check(name) {
+                CoreCounters::bump(&self.counters.names_rejected);
+                warn!(session = %self.client.session, name, %violation, "call to an off-namespace tool name refused");
+                return Err(WireError::new(ErrorKind::InvalidName, format!("tool name {name} {violation}")));
+            }
         }
-        if !self.profile.allows(name) {
+        let gate = self.gates.get(name);
+        let source_reachable = match gate.map(|g| &g.route) {
+            Some(Route::Server(s)) => self.profile.reaches(s.id(), s.latency()),
+            Some(Route::Client) | None => true,
+        };
+        if !self.profile.allows(name) || !source_reachable {
             CoreCounters::bump(&self.counters.scope_refusals);
-            warn!(session = %self.session, name, profile = %self.profile.name, "call outside the caller's profile refused at dispatch");
+            warn!(session = %self.client.session, name, profile = %self.profile.name, "call outside the caller's profile refused at dispatch");
             return Err(WireError::new(
                 ErrorKind::Forbidden,
                 format!("{name} is not available to this caller"),
             )
             .with("profile", self.profile.name.as_str()));
         }
-        let budget = self.budgets.per_tool;
-        let params = CallParams {
-            session: self.session.clone(),
-            name: name.to_owned(),
-            arguments,
-            meta: CallMeta {
-                credential: self.credential.clone(),
-                budget_ms: Some(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)),
-                bound_seq: self.manifest.as_ref().map(|m| m.seq),
-                idempotency_key,
-            },
+        let Some(gate) = gate else {
+            return Err(self.refuse_unknown(name, "is not offered by any source this turn reaches"));
         };
-        let response = match self.link.call(params, budget).await {
-            Ok(r) => r,
+        if self.profile.binding == Binding::Discovery && !self.discovered.contains(name) {
+            return Err(
+                self.refuse_unknown(name, &format!("has not been found yet; call {FIND_TOOLS} first"))
+            );
+        }
+        if let Err(err) = gate.schemas.check_arguments(name, arguments) {
+            CoreCounters::bump(&self.counters.arguments_rejected);
+            warn!(session = %self.client.session, name, error = %err, "arguments refused at dispatch");
+            return Err(err);
+        }
+        Ok(gate.clone())
+    }
+
+    /// [`Turn::call`] with an idempotency key the source can de-duplicate on.
+    pub async fn call_with_key(
+        &mut self,
+        name: &str,
+        arguments: Value,
+        idempotency_key: Option<String>,
+    ) -> Result<CallToolResult, WireError> {
+        if name == FIND_TOOLS && self.profile.binding == Binding::Discovery {
+            return Ok(self.find_tools(&arguments));
+        }
+        // Models often send no arguments for a tool that takes none.
+        let arguments = if arguments.is_null() { json!({}) } else { arguments };
+        let gate = self.admit(name, &arguments)?;
+        let budget = self.budgets.per_tool;
+        let ctx = CallContext {
+            credential: self.credential.as_deref(),
+            deadline: Instant::now() + budget,
+            idempotency_key: idempotency_key.as_deref(),
+        };
+        let outcome = match &gate.route {
+            // The link enforces the budget itself, and cleans up its pending entry on expiry.
+            Route::Client => {
+                let seq = self.client.seq();
+                let outcome = self.client.call(name, arguments, ctx).await;
+                if self.client.seq() != seq {
+                    self.rebuild();
+                }
+                outcome
+            }
+            Route::Server(source) => {
+                let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+                tokio::time::timeout(budget, source.call(name, arguments, ctx))
+                    .await
+                    .unwrap_or_else(|_| Err(WireError::timeout(Leg::PerTool, ms)))
+            }
+        };
+        let result = match outcome {
+            Ok(result) => result,
             Err(e) => {
                 if e.kind == ErrorKind::Timeout && e.detail("leg").and_then(Value::as_str) == Some("per_tool")
                 {
                     CoreCounters::bump(&self.counters.per_tool_timeouts);
-                    warn!(session = %self.session, name, "per-tool budget expired");
+                    warn!(session = %self.client.session, name, "per-tool budget expired");
                 }
                 return Err(e);
             }
         };
-        if let Some(fresh) = response.manifest {
-            self.apply(fresh);
-        }
-        let result = response.result;
         if result.is_error {
             let mut err = WireError::new(
                 ErrorKind::ClientError,
-                result.first_text().unwrap_or("the device reported an error"),
+                result.first_text().unwrap_or("the tool reported an error"),
             );
             if let Some(Value::Object(fields)) = &result.structured_content {
                 for key in ["code", "retryable", "retry_after_ms"] {
@@ -227,6 +450,49 @@ impl<'a> Turn<'a> {
             }
             return Err(err);
         }
+        if let Err(err) = gate.schemas.check_result(name, &result) {
+            CoreCounters::bump(&self.counters.results_rejected);
+            warn!(session = %self.client.session, name, error = %err, "result withheld: it does not match the declared output shape");
+            return Err(err);
+        }
         Ok(result)
+    }
+
+    /// The discovery meta-tool: matches the query against names and
+    /// descriptions of the tools this caller may reach, and binds what it returns.
+    fn find_tools(&mut self, arguments: &Value) -> CallToolResult {
+        let query = arguments.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
+        let words: Vec<&str> =
+            query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+        let mut scored: Vec<(usize, &Gate)> = self
+            .gates
+            .values()
+            .map(|g| {
+                let text = format!(
+                    "{} {}",
+                    g.declaration.name.replace('_', " "),
+                    g.declaration.description.as_deref().unwrap_or("")
+                )
+                .to_lowercase();
+                (words.iter().filter(|w| text.contains(**w)).count(), g)
+            })
+            .filter(|(score, _)| words.is_empty() || *score > 0)
+            .collect();
+        scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.declaration.name.cmp(&b.1.declaration.name)));
+        let found: Vec<ToolDeclaration> =
+            scored.into_iter().take(FIND_TOOLS_LIMIT).map(|(_, g)| g.declaration.clone()).collect();
+        let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
+        let text = if names.is_empty() {
+            "No tool matches; try other words.".to_owned()
+        } else {
+            format!("These tools are now available: {}.", names.join(", "))
+        };
+        self.discovered.extend(names.iter().map(|n| (*n).to_owned()));
+        self.rebuild();
+        CallToolResult {
+            content: vec![json!({"type": "text", "text": text})],
+            structured_content: Some(json!({ "tools": found })),
+            ..CallToolResult::default()
+        }
     }
 }

@@ -4,11 +4,13 @@
 //! same tools. Oversized declarations go first; then, while the manifest is
 //! over its tool count or byte cap, the largest remaining declaration is
 //! dropped (ties broken by namespaced name). Each drop is returned so the
-//! caller can log it, count it and report it to the device.
+//! caller can log it, count it and report it to the device. A tool whose
+//! input or output schema breaks the schema limits (too deep, too many
+//! subschemas, a non-local `$ref`) is dropped before any of that.
 
 use tether_contract::backend::{DropReason, DroppedTool};
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::Caps;
+use tether_contract::{schema, Caps};
 
 use crate::names::NameTable;
 
@@ -49,6 +51,18 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
                 bytes: size_of(&decl),
                 name: decl.name,
                 reason: DropReason::InvalidDeclaration,
+                detail: None,
+            });
+            continue;
+        }
+        let limits = caps.schema_limits();
+        let schemas = std::iter::once(&decl.input_schema).chain(decl.output_schema.as_ref());
+        if let Some(violation) = schemas.filter_map(|s| schema::check(s, &limits).err()).next() {
+            dropped.push(DroppedTool {
+                bytes: size_of(&decl),
+                name: decl.name,
+                reason: DropReason::SchemaRejected,
+                detail: Some(format!("schema {violation}")),
             });
             continue;
         }
@@ -70,7 +84,12 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
         let renamed = ToolDeclaration { name: namespaced, ..decl };
         let bytes = size_of(&renamed);
         if bytes > caps.declaration_bytes {
-            dropped.push(DroppedTool { name: original, bytes, reason: DropReason::DeclarationTooLarge });
+            dropped.push(DroppedTool {
+                name: original,
+                bytes,
+                reason: DropReason::DeclarationTooLarge,
+                detail: None,
+            });
         } else {
             candidates.push((index, original, renamed, bytes));
         }
@@ -90,7 +109,7 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
             break;
         };
         let (_, original, _, bytes) = &candidates[cut];
-        dropped.push(DroppedTool { name: original.clone(), bytes: *bytes, reason });
+        dropped.push(DroppedTool { name: original.clone(), bytes: *bytes, reason, detail: None });
         sum -= bytes;
         cut += 1;
     }
@@ -157,6 +176,35 @@ mod tests {
         assert_eq!(out.dropped[0].reason, DropReason::InvalidDeclaration);
         assert_eq!(out.descriptions_truncated, 1);
         assert_eq!(out.tools[0].description.as_deref(), Some("xxxxx"));
+    }
+
+    #[test]
+    fn hostile_schemas_are_dropped_before_the_cut() {
+        let mut remote = decl("remote", 1);
+        remote.input_schema =
+            json!({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/s.json"}}});
+        let mut deep = decl("deep", 1);
+        let mut schema = json!({"type": "string"});
+        for _ in 0..20 {
+            schema = json!({"type": "object", "properties": {"a": schema}});
+        }
+        deep.output_schema = Some(schema);
+        let mut not_object = decl("not_object", 1);
+        not_object.input_schema = json!("anything");
+        let out = intake(vec![remote, decl("fine", 1), deep, not_object], &Caps::default());
+        let got: Vec<_> = out.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
+        assert_eq!(
+            got,
+            [
+                ("remote", DropReason::SchemaRejected),
+                ("deep", DropReason::SchemaRejected),
+                ("not_object", DropReason::SchemaRejected)
+            ]
+        );
+        let kept: Vec<_> = out.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(kept, ["client__fine"]);
+        let detail = out.dropped[0].detail.as_deref().unwrap_or_default();
+        assert!(detail.contains("127.0.0.1:9") && detail.contains("only local references"), "{detail}");
     }
 
     #[test]

@@ -475,12 +475,17 @@ impl Session {
         let seq = seq.unwrap_or(stamp);
         let mut intake = caps::intake(tools, &caps);
         if paged_out {
-            intake.dropped.push(DroppedTool { name: "*".into(), bytes: 0, reason: DropReason::TooManyPages });
+            intake.dropped.push(DroppedTool {
+                name: "*".into(),
+                bytes: 0,
+                reason: DropReason::TooManyPages,
+                detail: None,
+            });
         }
         for drop in &intake.dropped {
             EdgeCounters::bump(&self.counters().tools_dropped);
             self.hub.metrics.drops.get_or_create(&[("reason", drop.reason.as_str())]).inc();
-            warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), "tool dropped from manifest");
+            warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), detail = drop.detail.as_deref().unwrap_or(""), "tool dropped from manifest");
         }
         for _ in 0..intake.descriptions_truncated {
             EdgeCounters::bump(&self.counters().descriptions_truncated);

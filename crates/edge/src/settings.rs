@@ -130,6 +130,8 @@ impl Resolved {
             description_chars = (c.caps.description_chars as i64)
             result_bytes = (c.caps.result_bytes as i64)
             max_list_pages = (c.caps.max_list_pages as i64)
+            schema_depth = (c.caps.schema_depth as i64)
+            schema_nodes = (c.caps.schema_nodes as i64)
             [budgets]
             client_answer_ms = (ms(b.client_answer) as i64)
             tool_call_ms = (ms(b.tool_call) as i64)
@@ -169,6 +171,8 @@ struct CapsSection {
     description_chars: Option<usize>,
     result_bytes: Option<usize>,
     max_list_pages: Option<usize>,
+    schema_depth: Option<usize>,
+    schema_nodes: Option<usize>,
 }
 
 impl CapsSection {
@@ -181,6 +185,8 @@ impl CapsSection {
             description_chars: self.description_chars.unwrap_or(base.description_chars),
             result_bytes: self.result_bytes.unwrap_or(base.result_bytes),
             max_list_pages: self.max_list_pages.unwrap_or(base.max_list_pages),
+            schema_depth: self.schema_depth.unwrap_or(base.schema_depth),
+            schema_nodes: self.schema_nodes.unwrap_or(base.schema_nodes),
         }
     }
 }

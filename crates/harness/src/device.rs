@@ -309,12 +309,66 @@ impl State {
     }
 }
 
-fn echo(name: &str, arguments: &Value, meta: Map<String, Value>, session: Option<&str>) -> Value {
+/// `_meta` key under which every honest answer echoes what the device received.
+pub const ECHO_META: &str = "sim/echo";
+
+/// An honest answer. The echo (tool, arguments, session) always rides in
+/// `_meta`; it is also the `structuredContent` unless the tool declares an
+/// output schema, in which case the content is a minimal instance of it.
+fn echo(
+    name: &str,
+    arguments: &Value,
+    output_schema: Option<&Value>,
+    mut meta: Map<String, Value>,
+    session: Option<&str>,
+) -> Value {
+    let echoed = json!({"tool": name, "arguments": arguments, "session": session});
+    meta.insert(ECHO_META.into(), echoed.clone());
     json!({
         "content": [{"type": "text", "text": format!("{name} done")}],
-        "structuredContent": {"tool": name, "arguments": arguments, "session": session},
+        "structuredContent": output_schema.map_or(echoed, example_of),
         "_meta": meta,
     })
+}
+
+/// The smallest value a simple JSON Schema accepts: required properties only,
+/// `const`/`enum` first choices, minimum lengths and bounds.
+pub fn example_of(schema: &Value) -> Value {
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+        return first.clone();
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => {
+            ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("null")
+        }
+        _ if schema.get("properties").is_some() => "object",
+        _ => "null",
+    };
+    let min = |key: &str| schema.get(key).and_then(Value::as_u64).unwrap_or(0) as usize;
+    match ty {
+        "object" => {
+            let props = schema.get("properties");
+            let required = schema.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+            let fields: Map<String, Value> = required
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|k| (k.to_owned(), props.and_then(|p| p.get(k)).map_or(Value::Null, example_of)))
+                .collect();
+            Value::Object(fields)
+        }
+        "array" => {
+            let item = schema.get("items").map_or(Value::Null, example_of);
+            Value::Array(vec![item; min("minItems")])
+        }
+        "string" => Value::from("x".repeat(min("minLength"))),
+        "integer" | "number" => schema.get("minimum").cloned().unwrap_or_else(|| Value::from(0)),
+        "boolean" => Value::from(false),
+        _ => Value::Null,
+    }
 }
 
 async fn run<S>(
@@ -426,6 +480,9 @@ async fn handle_request(
             };
             let sid = state.session.clone();
             let sid = sid.as_deref();
+            let output =
+                state.spec.tools.iter().find(|t| t.name == name).and_then(|t| t.output_schema.clone());
+            let echo = |meta| echo(&name, &arguments, output.as_ref(), meta, sid);
             match behavior {
                 Behavior::Answer { latency } => {
                     let frame = if latency > ceiling {
@@ -437,13 +494,11 @@ async fn handle_request(
                         });
                         (ceiling, r)
                     } else {
-                        (latency, echo(&name, &arguments, state.seq_meta(), sid))
+                        (latency, echo(state.seq_meta()))
                     };
                     delayed(out, id, frame.0, frame.1);
                 }
-                Behavior::Late { after } => {
-                    delayed(out, id, after, echo(&name, &arguments, state.seq_meta(), sid))
-                }
+                Behavior::Late { after } => delayed(out, id, after, echo(state.seq_meta())),
                 Behavior::Fail { code, retryable } => {
                     let r = json!({
                         "content": [{"type": "text", "text": format!("{name} failed: {code}")}],
@@ -457,19 +512,19 @@ async fn handle_request(
                 Behavior::Disconnect => return false,
                 Behavior::Navigate { tools } => {
                     state.navigate(tools);
-                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
+                    let _ = out.send(reply(echo(state.seq_meta()))).await;
                 }
                 Behavior::Twice => {
-                    let r = echo(&name, &arguments, state.seq_meta(), sid);
+                    let r = echo(state.seq_meta());
                     let _ = out.send(reply(r.clone())).await;
                     let _ = out.send(reply(r)).await;
                 }
                 Behavior::Malformed => {
                     let _ = out.send(Message::text("{\"jsonrpc\":\"2.0\",\"id\":")).await;
-                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
+                    let _ = out.send(reply(echo(state.seq_meta()))).await;
                 }
                 Behavior::Oversize => {
-                    let mut r = echo(&name, &arguments, state.seq_meta(), sid);
+                    let mut r = echo(state.seq_meta());
                     r["content"][0]["text"] = Value::from("x".repeat(20_000));
                     let _ = out.send(reply(r)).await;
                 }
@@ -479,7 +534,7 @@ async fn handle_request(
                             jsonrpc::notification(method::LIST_CHANGED, &json!({"_meta": state.seq_meta()}));
                         let _ = out.send(Message::text(f)).await;
                     }
-                    let _ = out.send(reply(echo(&name, &arguments, state.seq_meta(), sid))).await;
+                    let _ = out.send(reply(echo(state.seq_meta()))).await;
                 }
                 Behavior::Mixed(_) => {}
             }

@@ -1,0 +1,133 @@
+//! Enforcement at dispatch over real sockets: arguments checked against the
+//! tool's input schema before anything is sent, results against its output
+//! schema, hostile schemas refused at both gates, and no `$ref` ever fetched.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use common::LiveEdge;
+use tether_contract::backend::DropReason;
+use tether_contract::mcp::ToolDeclaration;
+use tether_contract::{Budgets, ErrorKind};
+use tether_core::Turn;
+use tether_harness::device::tool;
+use tether_harness::DeviceSpec;
+
+fn with_schemas(name: &str, input: Value, output: Option<Value>) -> ToolDeclaration {
+    ToolDeclaration { input_schema: input, output_schema: output, ..tool(name) }
+}
+
+/// A loopback listener that counts connections: proof that nothing was fetched.
+async fn counting_listener() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/schema.json", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    tokio::spawn(async move {
+        while listener.accept().await.is_ok() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test]
+async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
+    let edge = LiveEdge::start().await;
+    let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
+    let link = edge.backend().await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let bad = [
+        ("client__open_work_order", json!({"workOrderId": "1182"})),
+        ("client__open_work_order", json!({})),
+        ("client__get_visible_screen", json!({"includeHidden": false, "principal": "leo"})),
+        ("client__scan_barcode", json!({"symbologies": []})),
+        ("client__scan_barcode", json!("qr")),
+    ];
+    for (name, args) in bad {
+        let err = turn.call(name, args.clone()).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArguments, "{name} {args}");
+        assert!(tether_core::for_model(&err).contains("input schema"), "{}", err.message);
+    }
+    assert!(dev.observed.calls().is_empty(), "nothing reached the device");
+    assert_eq!(link.counters().get("arguments_rejected"), 5);
+    turn.call("client__open_work_order", json!({"workOrderId": "WO-1182"})).await.unwrap();
+    assert_eq!(dev.observed.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn every_declared_output_shape_is_checked_and_a_mismatch_is_withheld() {
+    let edge = LiveEdge::start().await;
+    // Honest answers: the simulated device returns a minimal instance of each output schema.
+    let (_dev, session) = edge.device(DeviceSpec::fieldkit()).await;
+    let link = edge.backend().await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let shaped = [
+        ("client__get_visible_screen", json!({})),
+        ("client__scan_barcode", json!({"symbologies": ["qr"]})),
+        ("client__list_nearby_devices", json!({})),
+    ];
+    for (name, args) in shaped {
+        assert!(turn.tools().iter().any(|t| t.name == name && t.output_schema.is_some()), "{name}");
+        turn.call(name, args).await.unwrap();
+    }
+    assert_eq!(link.counters().get("results_rejected"), 0);
+
+    // A device whose answer cannot match what it declared.
+    let strict = json!({
+        "type": "object",
+        "properties": {"id": {"type": "string", "pattern": "^A-"}},
+        "required": ["id"],
+        "additionalProperties": false
+    });
+    let decl = with_schemas("read_id", json!({"type": "object"}), Some(strict));
+    let (dev, session) = edge.device(DeviceSpec::minimal(vec![decl])).await;
+    let mut turn =
+        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let err = turn.call("client__read_id", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Internal);
+    assert_eq!(err.detail("reason"), Some(&json!("result_shape")));
+    assert_eq!(dev.observed.calls().len(), 1, "the call ran; its result was withheld");
+    assert_eq!(link.counters().get("results_rejected"), 1);
+    assert!(tether_core::for_model(&err).contains("did not match"), "{}", tether_core::for_model(&err));
+}
+
+#[tokio::test]
+async fn hostile_schemas_are_refused_at_the_edge_and_at_core_and_nothing_is_fetched() {
+    let edge = LiveEdge::start().await;
+    let (url, hits) = counting_listener().await;
+    let mut deep = json!({"type": "string"});
+    for _ in 0..20 {
+        deep = json!({"type": "object", "properties": {"a": deep}});
+    }
+    let tools = vec![
+        tool("fine"),
+        with_schemas("remote_ref", json!({"type": "object", "properties": {"a": {"$ref": url}}}), None),
+        with_schemas("deep", deep, None),
+        // Structurally fine, so the edge keeps it; core will not compile either.
+        with_schemas("remote_meta", json!({"$schema": url, "type": "object"}), None),
+        with_schemas(
+            "backtracking",
+            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)(a+)+$"}}}),
+            None,
+        ),
+    ];
+    let (_dev, session) = edge.device(DeviceSpec::minimal(tools)).await;
+    let link = edge.backend().await;
+    let turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let manifest = turn.manifest().unwrap();
+    let dropped: Vec<_> = manifest.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
+    assert_eq!(dropped, [("remote_ref", DropReason::SchemaRejected), ("deep", DropReason::SchemaRejected)]);
+    let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(listed, ["client__fine"], "core refused what the edge let through");
+    assert_eq!(link.counters().get("schemas_refused"), 2);
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "no schema reference was ever fetched");
+}
