@@ -46,6 +46,10 @@ fn edge_and_core_never_depend_on_each_other() {
         !harness.iter().any(|d| d == "tether-edge"),
         "the harness must reach the edge only over the wire"
     );
+    let example = deps("example-orders");
+    assert!(example.contains(&"tether-core".to_owned()), "parser sanity: {example:?}");
+    assert!(!example.iter().any(|d| d == "tether-edge"), "a server-side source links core, never the edge");
+    assert!(!core.iter().any(|d| d.starts_with("tether-example")), "core must not know its example sources");
 }
 
 #[test]
@@ -83,6 +87,11 @@ fn core_and_contract_name_no_client_domain() {
         "printer",
         "screen",
         "mira",
+        // the example server-side source's domain
+        "get_order",
+        "order_id",
+        "a-104",
+        "ka3-orders",
     ];
     let mut files = Vec::new();
     for krate in ["core", "contract"] {

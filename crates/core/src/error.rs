@@ -26,7 +26,7 @@ pub fn for_model(err: &WireError) -> String {
         }
         ErrorKind::ParseError | ErrorKind::InvalidRequest | ErrorKind::MethodNotFound | ErrorKind::Internal => {
             "The tool could not be run because of an internal error in the tool broker; do not retry it \
-             this turn, and tell the user the device tool is temporarily unavailable."
+             this turn, and tell the user the tool is temporarily unavailable."
                 .to_owned()
         }
         ErrorKind::InvalidParams | ErrorKind::InvalidArguments => format!(
@@ -39,8 +39,8 @@ pub fn for_model(err: &WireError) -> String {
             detail_str(err, "reason").unwrap_or("closed")
         ),
         ErrorKind::Timeout => format!(
-            "The device did not answer within {} ms ({} leg), so whether the action happened is unknown; \
-             check the device's state before you try again.",
+            "The tool did not answer within {} ms ({} leg), so whether the action happened is unknown; \
+             check its state before you try again.",
             detail_u64(err, "budget_ms").map_or_else(|| "the allowed time".to_owned(), |ms| ms.to_string()),
             detail_str(err, "leg").unwrap_or("tool_call")
         ),
@@ -79,13 +79,13 @@ pub fn for_model(err: &WireError) -> String {
                 .to_owned()
         }
         ErrorKind::Forbidden => {
-            "This user is not allowed to use that tool on that device; do not retry, and continue without it."
+            "This user is not allowed to do that with this tool; do not retry, and continue without it."
                 .to_owned()
         }
         ErrorKind::ClientError => {
             let code = detail_str(err, "code");
             let retryable = err.detail("retryable").and_then(Value::as_bool).unwrap_or(false);
-            let mut s = format!("The device reported a failure: {}", err.message.trim_end_matches('.'));
+            let mut s = format!("The tool reported a failure: {}", err.message.trim_end_matches('.'));
             if let Some(code) = code {
                 s.push_str(&format!(" (code {code})"));
             }

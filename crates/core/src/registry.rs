@@ -133,6 +133,10 @@ impl Registry {
     pub(crate) fn tools(&self) -> &[ServerTool] {
         &self.tools
     }
+
+    pub(crate) fn tool(&self, name: &str) -> Option<&ServerTool> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
 }
 
 #[cfg(test)]

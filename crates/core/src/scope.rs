@@ -10,8 +10,8 @@
 //!
 //! ```toml
 //! [callers.support]
-//! sources = ["client", "orders"]   # default ["client"]; "*" for every source
-//! tools = ["client__get_*", "get_order"]
+//! sources = ["client", "records"]  # default ["client"]; "*" for every source
+//! tools = ["client__get_*", "read_record"]
 //! binding = "direct"               # or "discovery": the model starts with find_tools only
 //! latency = "interactive"          # or "background": also reach slow sources
 //! ```

@@ -359,10 +359,10 @@ impl<'a> Turn<'a> {
                 return Err(WireError::new(ErrorKind::InvalidName, format!("tool name {name} {violation}")));
             }
         }
-        let gate = self.gates.get(name);
-        let source_reachable = match gate.map(|g| &g.route) {
-            Some(Route::Server(s)) => self.profile.reaches(s.id(), s.latency()),
-            Some(Route::Client) | None => true,
+        let source_reachable = match self.registry.tool(name) {
+            Some(tool) => self.profile.reaches(tool.source.id(), tool.source.latency()),
+            None if name.starts_with(PREFIX) => self.profile.reaches(CLIENT_SOURCE, self.client.latency()),
+            None => true,
         };
         if !self.profile.allows(name) || !source_reachable {
             CoreCounters::bump(&self.counters.scope_refusals);
@@ -373,7 +373,7 @@ impl<'a> Turn<'a> {
             )
             .with("profile", self.profile.name.as_str()));
         }
-        let Some(gate) = gate else {
+        let Some(gate) = self.gates.get(name) else {
             return Err(self.refuse_unknown(name, "is not offered by any source this turn reaches"));
         };
         if self.profile.binding == Binding::Discovery && !self.discovered.contains(name) {
