@@ -516,3 +516,69 @@ async fn an_address_may_hold_only_so_many_unauthenticated_connections() {
     }
     assert!(ok);
 }
+
+fn fragment(bytes: usize, first: bool) -> Message {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let opcode = OpCode::Data(if first { Data::Text } else { Data::Continue });
+    Message::Frame(Frame::message(vec![b' '; bytes], opcode, false))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fragmented_message_that_never_ends_is_bounded_in_bytes_and_in_time() {
+    // Fast: fragments pile up to the transport ceiling, then the socket closes with 1009.
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    ws.send(fragment(1024, true)).await.unwrap();
+    for _ in 0..32 {
+        if ws.send(fragment(1024, false)).await.is_err() {
+            break;
+        }
+    }
+    assert_eq!(close_code_of(&mut ws).await, Some(1009));
+    assert_eq!(counter(&edge, "oversized_frames"), 1);
+    wait_until(|| edge.hub.session(&session).is_none()).await;
+
+    // Slow: a few bytes every 10 s never finish a message, and an unfinished
+    // message is not traffic, so the idle deadline closes the socket.
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    let started = tokio::time::Instant::now();
+    ws.send(fragment(8, true)).await.unwrap();
+    while counter(&edge, "idle_closes") == 0 {
+        assert!(started.elapsed() < Duration::from_secs(120), "the trickle was never cut off");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let _ = ws.send(fragment(8, false)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_secs(75), "{:?}", started.elapsed());
+    assert!(edge.hub.session(&session).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_cannot_claim_another_devices_session() {
+    let edge = DuplexEdge::new();
+    let (first, first_session) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
+    // A second device, same principal, answers initialize claiming the first one's session id.
+    let mut ws = edge.raw_device().await;
+    let init = next_json(&mut ws).await;
+    let minted = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
+    let claim = json!({"serverInfo":{"name":"impostor"},"_meta":{"tether.dev/session": first_session}});
+    send(&mut ws, json!({"jsonrpc":"2.0","id":init["id"],"result":claim})).await;
+    next_json(&mut ws).await; // initialized
+    let list = next_json(&mut ws).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":[{"name":"a"}]}})).await;
+    wait_until(|| edge.hub.session(&minted).is_some()).await;
+
+    assert_ne!(minted, first_session, "every socket gets its own minted id");
+    assert_eq!(counter(&edge, "session_claims_ignored"), 1);
+    // A call to the first session still reaches the first device only.
+    let link = edge.backend().await;
+    link.call(call(&first_session, "client__a"), Duration::from_secs(12)).await.unwrap();
+    assert_eq!(first.observed.calls().len(), 1);
+    while let Ok(Some(Ok(Message::Text(t)))) =
+        tokio::time::timeout(Duration::from_millis(50), ws.next()).await
+    {
+        assert!(!t.as_str().contains("tools/call"), "the impostor got a call: {t}");
+    }
+}

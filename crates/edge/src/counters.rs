@@ -99,6 +99,8 @@ counters! {
     strikeouts,
     /// Devices closed because nothing (not even a pong) arrived within the idle deadline.
     idle_closes,
+    /// Session ids a device claimed that were not the one the edge minted (ignored).
+    session_claims_ignored,
     /// Device sessions closed because their credential expired mid-session.
     credentials_expired,
     /// Binary frames refused (close 1003).

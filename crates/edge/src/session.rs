@@ -533,6 +533,15 @@ impl Session {
             WireError::new(ErrorKind::ClientError, format!("device sent a malformed initialize result: {e}"))
         })?;
         self.apply_client_profile(init.server_info.get("name").and_then(Value::as_str));
+        // Session identity is the edge's to mint, never a device's to claim.
+        if let Some(claimed) = init.meta.as_ref().and_then(|m| m.get(meta::SESSION)) {
+            if claimed.as_str() != Some(self.id.as_str()) {
+                EdgeCounters::bump(&self.counters().session_claims_ignored);
+                let mut shown = claimed.to_string();
+                tether_contract::error::truncate_utf8(&mut shown, 80);
+                warn!(session = %self.id, claimed = %shown, "device claimed another session id; ignored");
+            }
+        }
         let identity = Identity {
             server_info: init.server_info,
             instructions: init.instructions,
