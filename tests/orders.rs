@@ -149,6 +149,18 @@ async fn another_users_order_is_denied_at_authorization_and_never_executed() {
     let err = anonymous.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Unauthenticated);
     assert_eq!(backend.executions(), 0);
+    assert_eq!(f.link.counters().get("credential_missing"), 1, "refused at dispatch by the source's posture");
+    // The source verifies what it is given: a forged or expired token reads nothing.
+    for bad in ["not-a-token".to_owned(), common::expired_user("mira")] {
+        let mut forged = self::turn(&f, &registry, None).await.with_credential(bad);
+        let err = forged.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unauthenticated);
+    }
+    // leo's valid token does not open mira's order.
+    let mut leo = self::turn(&f, &registry, Some("leo")).await;
+    let err = leo.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Forbidden);
+    assert_eq!((source.denials(), backend.executions()), (3, 0));
 }
 
 #[tokio::test(start_paused = true)]

@@ -74,6 +74,8 @@ counters! {
     results_rejected,
     /// Tools left unlisted because their schema breaks the limits or does not compile.
     schemas_refused,
+    /// Calls to a credential-verifying source refused because the turn carries no user credential.
+    credential_missing,
 }
 
 impl CoreCounters {

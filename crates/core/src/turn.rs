@@ -376,6 +376,16 @@ impl<'a> Turn<'a> {
         let Some(gate) = self.gates.get(name) else {
             return Err(self.refuse_unknown(name, "is not offered by any source this turn reaches"));
         };
+        if let Route::Server(source) = &gate.route {
+            if source.posture() == AuthPosture::VerifiesCredential && self.credential.is_none() {
+                CoreCounters::bump(&self.counters.credential_missing);
+                warn!(session = %self.client.session, name, source = source.id(), "call to a credential-verifying source without a user credential refused");
+                return Err(WireError::new(
+                    ErrorKind::Unauthenticated,
+                    format!("{name} needs the user's credential and this turn carries none"),
+                ));
+            }
+        }
         if self.profile.binding == Binding::Discovery && !self.discovered.contains(name) {
             return Err(
                 self.refuse_unknown(name, &format!("has not been found yet; call {FIND_TOOLS} first"))
