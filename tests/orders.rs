@@ -83,6 +83,13 @@ fn registry(backend: Arc<dyn OrderBackend>) -> (Registry, Arc<OrderSource>) {
     (registry, source)
 }
 
+/// The orders source over the fixture snapshot, registered.
+fn snapshot_registry() -> (Arc<SnapshotBackend>, Registry, Arc<OrderSource>) {
+    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
+    let (registry, source) = registry(backend.clone());
+    (backend, registry, source)
+}
+
 /// A caller who reaches the client and the orders source.
 fn support_profile(link: &BackendLink, extra: &str) -> Arc<tether_core::CallerProfile> {
     let text = format!("[callers.support]\nsources = [\"client\", \"orders\"]\ntools = [\"*\"]\n{extra}");
@@ -116,8 +123,7 @@ async fn turn<'a>(f: &'a Fixture, registry: &Registry, user: Option<&str>) -> Tu
 #[tokio::test(start_paused = true)]
 async fn mira_reads_her_order_and_gets_exactly_the_allowlisted_fields() {
     let f = fixture().await;
-    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
-    let (registry, _) = registry(backend.clone());
+    let (backend, registry, _) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(listed, ["client__read_screen", "get_order"]);
@@ -134,8 +140,7 @@ async fn mira_reads_her_order_and_gets_exactly_the_allowlisted_fields() {
 #[tokio::test(start_paused = true)]
 async fn another_users_order_is_denied_at_authorization_and_never_executed() {
     let f = fixture().await;
-    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
-    let (registry, source) = registry(backend.clone());
+    let (backend, registry, source) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
     for order in ["B-205", "Z-999"] {
         let err = turn.call("get_order", json!({"order_id": order})).await.unwrap_err();
@@ -166,8 +171,7 @@ async fn another_users_order_is_denied_at_authorization_and_never_executed() {
 #[tokio::test(start_paused = true)]
 async fn a_principal_in_the_arguments_fails_argument_validation() {
     let f = fixture().await;
-    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
-    let (registry, source) = registry(backend.clone());
+    let (backend, registry, source) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
     let err = turn.call("get_order", json!({"order_id": "B-205", "principal": "leo"})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidArguments);
@@ -179,8 +183,7 @@ async fn a_principal_in_the_arguments_fails_argument_validation() {
 #[tokio::test(start_paused = true)]
 async fn cancel_order_is_unknown_before_any_lookup() {
     let f = fixture().await;
-    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
-    let (registry, source) = registry(backend.clone());
+    let (backend, registry, source) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
     let err = turn.call("cancel_order", json!({"order_id": "A-104"})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ToolUnavailable);
@@ -248,8 +251,7 @@ async fn reads_retry_at_most_twice_and_never_on_401_or_403() {
 #[tokio::test(start_paused = true)]
 async fn scope_selects_sources_binding_and_latency() {
     let f = fixture().await;
-    let backend = Arc::new(SnapshotBackend::new(Snapshot::fixture().unwrap()));
-    let (registry, _) = registry(backend.clone());
+    let (backend, registry, _) = snapshot_registry();
 
     // A caller whose profile names only the client source never reaches orders.
     let client_only = Profiles::from_toml("[callers.kiosk]\ntools = [\"*\"]\n", f.link.counters())
