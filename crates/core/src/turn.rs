@@ -245,18 +245,16 @@ impl<'a> Turn<'a> {
                     continue;
                 }
                 // Reuse a gate whose declaration did not change: compiling is the costly part.
-                let reused =
-                    self.gates.get(&decl.name).filter(|g| g.declaration == decl).map(|g| g.schemas.clone());
-                let schemas = match reused
-                    .map(Ok)
-                    .unwrap_or_else(|| ToolSchemas::compile(&decl, &limits).map(Arc::new))
-                {
-                    Ok(s) => s,
-                    Err(reason) => {
-                        CoreCounters::bump(&self.counters.schemas_refused);
-                        warn!(session = %self.client.session, name = %decl.name, %reason, "client tool schema refused; tool not offered");
-                        continue;
-                    }
+                let schemas = match self.gates.get(&decl.name).filter(|g| g.declaration == decl) {
+                    Some(gate) => Arc::clone(&gate.schemas),
+                    None => match ToolSchemas::compile(&decl, &limits) {
+                        Ok(compiled) => Arc::new(compiled),
+                        Err(reason) => {
+                            CoreCounters::bump(&self.counters.schemas_refused);
+                            warn!(session = %self.client.session, name = %decl.name, %reason, "client tool schema refused; tool not offered");
+                            continue;
+                        }
+                    },
                 };
                 order.push(decl.name.clone());
                 gates.insert(decl.name.clone(), Gate { route: Route::Client, declaration: decl, schemas });
