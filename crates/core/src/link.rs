@@ -66,7 +66,9 @@ struct Inner {
     counters: Arc<CoreCounters>,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+/// Locks `m`, taking the data back from a poisoned lock: a panicked holder
+/// must not wedge every later caller.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -198,10 +200,7 @@ impl BackendLink {
 
     /// Takes the notification queue (once; later calls get None).
     pub fn notifications(&self) -> Option<mpsc::Receiver<Notification>> {
-        match self.notifications.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        }
+        lock(&self.notifications).take()
     }
 
     /// Fallback counters of this link and the turns run over it.

@@ -27,7 +27,7 @@ use tether_contract::{Budgets, ErrorKind, Leg, SchemaLimits, WireError};
 
 use crate::counters::CoreCounters;
 use crate::enforce::ToolSchemas;
-use crate::link::BackendLink;
+use crate::link::{lock, BackendLink};
 use crate::names;
 use crate::registry::{Registry, FIND_TOOLS};
 use crate::scope::{Binding, CallerProfile};
@@ -46,17 +46,11 @@ pub struct ClientSource<'a> {
 
 impl ClientSource<'_> {
     fn manifest(&self) -> Option<Manifest> {
-        match self.manifest.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        lock(&self.manifest).clone()
     }
 
     fn set_manifest(&self, manifest: Manifest) {
-        match self.manifest.lock() {
-            Ok(mut g) => *g = Some(manifest),
-            Err(p) => *p.into_inner() = Some(manifest),
-        }
+        *lock(&self.manifest) = Some(manifest);
     }
 
     fn seq(&self) -> Option<u64> {
