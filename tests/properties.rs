@@ -15,7 +15,8 @@ use tether_contract::names::RESERVED;
 use tether_contract::Caps;
 use tether_edge::caps::intake;
 use tether_edge::manifest::{AppliedManifest, Identity, ManifestState, Swap};
-use tether_edge::names::NameTable;
+use tether_edge::names::{slug, NameTable};
+use unicode_normalization::UnicodeNormalization;
 
 /// Declared names as devices write them: any Unicode, plus look-alikes that
 /// collide after slugging (case, punctuation, prefixes, reserved names).
@@ -42,8 +43,25 @@ fn decl(name: &str, pad: usize) -> ToolDeclaration {
     }
 }
 
+/// Names with accented letters, the case where composition forms differ.
+fn accented_name() -> impl Strategy<Value = String> {
+    prop_oneof![any::<String>(), "[a-zA-ZàáâãäåçèéêëìíîïñòóôõöùúûüýÀÉÑÖÜǅﬁ ._-]{0,40}"]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn one_name_gets_one_slug_however_it_was_composed(name in accented_name()) {
+        let composed: String = name.nfc().collect();
+        let decomposed: String = name.nfd().collect();
+        prop_assert_eq!(slug(&composed), slug(&decomposed), "{:?}", name);
+        prop_assert_eq!(slug(&name), slug(&composed));
+        // As a whole manifest entry, too: the model-facing name is the same.
+        let a = NameTable::assign([composed.as_str()]);
+        let b = NameTable::assign([decomposed.as_str()]);
+        prop_assert_eq!(a.namespaced(&composed), b.namespaced(&decomposed));
+    }
 
     #[test]
     fn slugged_names_always_pass_cores_check_and_are_injective(

@@ -7,6 +7,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use unicode_normalization::char::is_combining_mark;
+use unicode_normalization::UnicodeNormalization;
+
 use tether_contract::names::{MAX_LEN, MAX_SLUG_LEN, PREFIX, RESERVED};
 
 /// Slug used when a name has no ASCII letters or digits at all.
@@ -14,10 +17,16 @@ const FALLBACK_SLUG: &str = "tool";
 
 /// Turns any declared name into a slug over `[a-z0-9_]`: camelCase split,
 /// everything else mapped to `_`, runs collapsed, ends trimmed, length bounded.
+///
+/// The name is decomposed first (Unicode NFKD) and its combining marks
+/// dropped, so one name gets one slug however the client's keyboard composed
+/// it: `café` typed as one code point (NFC) or as `e` plus an accent (NFD)
+/// both become `cafe`. (Composing instead, NFC, would also agree, but on
+/// `caf`: the accented letter is not ASCII and would be lost whole.)
 pub fn slug(original: &str) -> String {
     let mut out = String::with_capacity(original.len().min(MAX_SLUG_LEN));
     let mut prev: Option<char> = None;
-    for c in original.chars() {
+    for c in original.nfkd().filter(|c| !is_combining_mark(*c)) {
         let boundary =
             c.is_ascii_uppercase() && prev.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit());
         if boundary {
@@ -156,7 +165,10 @@ mod tests {
             ("getVisibleScreen", "get_visible_screen"),
             ("Scan Barcode!", "scan_barcode"),
             ("print-label.v2", "print_label_v2"),
-            ("ñandú.lookup", "and_lookup"),
+            ("ñandú.lookup", "nandu_lookup"),
+            ("caf\u{e9}", "cafe"),
+            ("cafe\u{301}", "cafe"),
+            ("ｆｕｌｌｗｉｄｔｈ", "fullwidth"),
             ("日本語", "tool"),
             ("📷 capture 📷", "capture"),
             ("", "tool"),
