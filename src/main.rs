@@ -138,6 +138,9 @@ enum Command {
         /// Data directory holding the secret (with --edge).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// How long every device may take to get a session before the soak fails, e.g. 30s.
+        #[arg(long, default_value = "30s", value_parser = parse_ttl)]
+        fleet_timeout: Duration,
     },
     /// Measure tether against a bare tokio-tungstenite relay in the same run.
     Bench {
@@ -351,7 +354,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             let tools = spec.tools.len();
             let mut device =
                 SimDevice::connect(&edge, &token, spec).await.map_err(|e| format!("connect {edge}: {e}"))?;
-            let session = device.session_id().await.ok_or("edge closed before initialize")?;
+            // Printed once the edge lists the session: a script that reads it can call at once.
+            let session = device.ready().await.ok_or("edge closed before the first manifest applied")?;
             println!("session {session}");
             eprintln!("simulated device online with {tools} tools as {sub}; Ctrl-C to disconnect");
             tokio::select! {
@@ -434,7 +438,18 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Soak { devices, duration, rate, concurrency, faults, seed, edge, json, data_dir } => {
+        Command::Soak {
+            devices,
+            duration,
+            rate,
+            concurrency,
+            faults,
+            seed,
+            edge,
+            json,
+            data_dir,
+            fleet_timeout,
+        } => {
             let _ = rlimit::increase_nofile_limit(u64::MAX);
             let (url, keys, embedded) = match edge {
                 Some(url) => (url, keys(data_dir)?, None),
@@ -474,6 +489,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                 faults,
                 seed,
                 progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                call_budget: tether_harness::soak::DEFAULT_CALL_BUDGET,
+                fleet_deadline: fleet_timeout,
             };
             let report = tether_harness::soak::run(cfg).await?;
             if let Some((shutdown, task)) = embedded {

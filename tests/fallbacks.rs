@@ -133,29 +133,44 @@ async fn long_descriptions_are_cut_and_counted() {
     assert_eq!(m.view.tools[0].description.as_ref().map(|d| d.chars().count()), Some(512));
 }
 
+/// 1,000 calls at once at default sizes to a device that stopped reading:
+/// what the edge holds stays within its queue, every call gets one outcome,
+/// and every refusal is an `overloaded` that was counted.
 #[tokio::test(start_paused = true)]
-async fn a_device_that_stops_reading_gets_overloaded_not_unbounded_memory() {
-    let mut config = test_config();
-    config.outbound_queue = 2;
-    let edge = DuplexEdge::with_config(config);
+async fn a_burst_of_1000_calls_to_a_device_that_stopped_reading_stays_bounded_and_counts_every_refusal() {
+    let edge = DuplexEdge::new();
     let mut ws = edge.raw_device_with_pipe(512).await;
     let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
     // The device now stops reading; the pipe and then the queue fill up.
     let link = std::sync::Arc::new(edge.backend().await);
-    let calls: Vec<_> = (0..40)
+    let calls: Vec<_> = (0..1_000)
         .map(|_| {
             let link = link.clone();
             let p = call(&session, "client__a");
             tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await })
         })
         .collect();
-    let mut overloaded = 0;
+    let s = edge.hub.session(&session).unwrap();
+    wait_until(|| s.pending_calls() + counter(&edge, "outbound_full") as usize >= 1_000).await;
+    let queue = test_config().outbound_queue;
+    assert!(s.queued_frames() <= queue, "{} frames queued past the bound {queue}", s.queued_frames());
+    // Held calls: the queue's worth, plus the few already handed to the 512-byte pipe.
+    assert!(
+        s.pending_calls() <= queue + 16,
+        "{} calls held for a device that reads nothing",
+        s.pending_calls()
+    );
+    let mut kinds = std::collections::BTreeMap::new();
     for c in calls {
-        if c.await.unwrap().is_err_and(|e| e.kind == ErrorKind::Overloaded) {
-            overloaded += 1;
-        }
+        let kind = c.await.unwrap().map_or_else(|e| e.kind.as_str(), |_| "ok");
+        *kinds.entry(kind).or_insert(0u64) += 1;
     }
-    assert!(overloaded > 0);
+    let overloaded = kinds.get("overloaded").copied().unwrap_or(0);
+    assert!(overloaded > 0, "{kinds:?}");
+    assert_eq!(overloaded + kinds.get("timeout").copied().unwrap_or(0), 1_000, "one outcome each: {kinds:?}");
+    let metrics = edge.hub.metrics.render();
+    let counted = format!("tether_calls_by_outcome_total{{outcome=\"overloaded\"}} {overloaded}");
+    assert!(metrics.contains(&counted), "every refusal counted: {counted} not in {metrics}");
     assert!(counter(&edge, "outbound_full") >= overloaded);
     drop(ws);
 }
@@ -245,39 +260,131 @@ async fn refused_upgrades_and_slow_handshakes_are_counted() {
     wait_until(|| edge.hub.counters().get("handshake_timeouts") == 1).await;
 }
 
-/// Every Rust source under `dirs`, concatenated (where tests that drive counters live).
-fn rust_sources(dirs: &[&str]) -> String {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let mut out = String::new();
-    for dir in dirs {
-        for entry in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "rs") {
-                out.push_str(&std::fs::read_to_string(path).unwrap());
-            }
-        }
+/// Whether `arg` says "moved": a positive integer literal, `Some(n.0)`, or a
+/// sum with a positive literal term (`bad.len() as u64 + 2`).
+fn positive(arg: &str) -> bool {
+    !arg.contains('-') && arg.split('+').any(positive_literal)
+}
+
+fn positive_literal(arg: &str) -> bool {
+    let inner = arg.trim().strip_prefix("Some(").and_then(|a| a.strip_suffix(')')).unwrap_or(arg.trim());
+    let digits = inner.strip_suffix(".0").unwrap_or(inner).replace('_', "");
+    digits.parse::<u64>().is_ok_and(|n| n > 0)
+}
+
+/// Whether `text` holds an exposition line `tether_…_total N` with N > 0.
+fn exposes_positive(text: &str) -> bool {
+    text.match_indices("_total ")
+        .any(|(i, m)| text[i + m.len()..].chars().next().is_some_and(|c| c.is_ascii_digit() && c != '0'))
+}
+
+/// Whether one assertion (or wait) about the counter says that it moved:
+/// `assert_eq!(…"name"…, 1)`, `assert!(…"name"… >= n)`, `assert_ne!(…, 0)`,
+/// `wait_until(|| …"name"… == 1)`, or `wait_until_virtual(…, "name", …)`.
+fn asserts_moved(callee: &str, list: &str, mentions: &dyn Fn(&str) -> bool) -> bool {
+    if !mentions(list) {
+        return false;
     }
-    out
+    let parts = common::source::args(list);
+    let comparison = |text: &str| {
+        let code = common::source::blank_literals(text);
+        code.contains(" > ")
+            || code.contains(" >= ")
+            || code
+                .split("==")
+                .skip(1)
+                .any(|rhs| positive_literal(rhs.split(['&', '|', ')']).next().unwrap_or("")))
+    };
+    match callee {
+        "assert_eq!" => {
+            parts.len() >= 2
+                && ((mentions(parts[0]) && positive(parts[1])) || (mentions(parts[1]) && positive(parts[0])))
+        }
+        "assert_ne!" => parts.len() >= 2 && parts[..2].iter().any(|p| p.trim() == "0"),
+        "assert!" => parts.first().is_some_and(|p| mentions(p) && (comparison(p) || exposes_positive(p))),
+        "wait_until" => comparison(list),
+        "wait_until_virtual" => true,
+        _ => false,
+    }
+}
+
+/// The test functions that assert `name` moved (by its name in a counter
+/// read, or its series `{prefix}{name}_total` in an exposition).
+fn tests_asserting_moved<'a>(tests: &'a [common::source::TestFn], prefix: &str, name: &str) -> Vec<&'a str> {
+    let quoted = format!("\"{name}\"");
+    let series = format!("{prefix}{name}_total");
+    let mentions = move |text: &str| text.contains(&quoted) || text.contains(&series);
+    let callees = ["assert_eq!", "assert_ne!", "assert!", "wait_until", "wait_until_virtual"];
+    tests
+        .iter()
+        .filter(|t| {
+            common::source::invocations(&t.body, &callees)
+                .iter()
+                .any(|(callee, list)| asserts_moved(callee, list, &mentions))
+        })
+        .map(|t| t.name.as_str())
+        .collect()
 }
 
 /// Each counter has help text, a row `{prefix}{name}_total` in docs/OPERATIONS.md,
-/// and a test in `dirs` that names it.
+/// and a test function in `dirs` that asserts it moved (`get` panics on an
+/// unknown name, so a misspelt one cannot pass).
 fn check_counters(counters: Vec<(&str, &str)>, prefix: &str, dirs: &[&str]) {
     let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md")).unwrap();
-    let tests = rust_sources(dirs);
+    let tests = common::source::test_fns(dirs);
+    assert!(tests.len() >= 20, "scanner sanity: {} test functions", tests.len());
+    let mut missing = Vec::new();
     for (name, help) in counters {
         assert!(!help.is_empty(), "{name} has no help text");
         assert!(
             ops.contains(&format!("{prefix}{name}_total")),
             "docs/OPERATIONS.md does not list {prefix}{name}_total"
         );
-        assert!(tests.contains(&format!("\"{name}\"")), "no test drives the {prefix}{name} counter");
+        if tests_asserting_moved(&tests, prefix, name).is_empty() {
+            missing.push(name);
+        }
     }
+    assert!(missing.is_empty(), "no test asserts that these {prefix} counters moved: {missing:?}");
+}
+
+#[test]
+fn the_counter_check_accepts_movement_and_refuses_spelling() {
+    let test = |body: &str| common::source::TestFn { file: "t".into(), name: "t".into(), body: body.into() };
+    let moved = [
+        r#"{ assert_eq!(counter(&edge, "x"), 1); }"#,
+        r#"{ assert_eq!(2, c.get("x")); }"#,
+        r#"{ assert_eq!(c.get("x"), bad.len() as u64 + 2); }"#,
+        r#"{ assert!(counter(&edge, "x") >= 1); }"#,
+        r#"{ wait_until(|| counter(&edge, "x") == 1).await; }"#,
+        r#"{ wait_until_virtual(&edge, "x", Duration::from_secs(1)).await; }"#,
+        r#"{ assert_eq!(sample(&text, "tether_x_total "), Some(1.0)); }"#,
+        r#"{ assert!(text.contains("tether_x_total 1"), "{text}"); }"#,
+    ];
+    for body in moved {
+        assert_eq!(tests_asserting_moved(&[test(body)], "tether_", "x"), vec!["t"], "{body}");
+    }
+    let not_moved = [
+        r#"{ assert_eq!(counter(&edge, "x"), 0); }"#,
+        r#"{ assert_eq!(counter(&edge, "x"), n - 1); }"#,
+        r#"{ let _ = counter(&edge, "x"); }"#,
+        r#"{ assert_eq!(counter(&edge, "y"), 1); }"#,
+        r#"{ assert!(counter(&edge, "x") == 0); }"#,
+        r#"{ // assert_eq!(counter(&edge, "x"), 1);
+           }"#,
+        r#"{ let s = "assert_eq!(counter(&edge, \"x\"), 1)"; }"#,
+    ];
+    for body in not_moved {
+        assert!(tests_asserting_moved(&[test(body)], "tether_", "x").is_empty(), "{body}");
+    }
+    let text = "#[test]\nfn a() { let s = \"{\"; // }\n let c = '}'; let r = r#\"}\"#; x(1) }\nfn b() {}";
+    let found = common::source::tests_in("f", text);
+    assert_eq!(found.len(), 1, "strings and comments never count as code");
+    assert!(found[0].body.ends_with("x(1) }"));
 }
 
 #[test]
 fn every_counter_is_documented_and_driven_by_a_test() {
-    check_counters(EdgeCounters::describe(), "tether_", &["tests", "crates/edge/tests"]);
+    check_counters(EdgeCounters::describe(), "tether_", &["tests", "crates/edge"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -363,7 +470,7 @@ async fn core_counts_its_own_fallbacks() {
 #[test]
 fn every_core_counter_is_documented_and_driven_by_a_test() {
     // Core's unit tests live beside the code they test.
-    check_counters(tether_core::CoreCounters::describe(), "tether_core_", &["tests", "crates/core/src"]);
+    check_counters(tether_core::CoreCounters::describe(), "tether_core_", &["tests", "crates/core"]);
 }
 
 #[tokio::test(start_paused = true)]

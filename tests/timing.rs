@@ -70,16 +70,14 @@ async fn an_answer_at_7_5s_is_logged_counted_and_dropped_with_exactly_one_outcom
     let mut turn =
         Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
 
-    let ((outcome, after), logs) = capture_logs(async {
+    let (outcome, logs) = capture_logs(async {
         let outcome = turn.call("client__slow", json!({})).await;
-        // Let the late answer arrive and be handled.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = edge.hub.counters().get("late_answers");
-        (outcome, after)
+        // The late answer arrives 500 ms after the leg expired.
+        wait_until(|| edge.hub.counters().get("late_answers") == 1).await;
+        outcome
     })
     .await;
     assert_eq!(outcome.unwrap_err().kind, ErrorKind::Timeout);
-    assert_eq!(after, 1);
     assert!(logs.contains("late answer dropped") && logs.contains("tool=slow"), "{logs}");
     assert!(logs.contains("lateness_ms=500"), "lateness is measured from the deadline: {logs}");
     assert_eq!(link.counters().get("late_responses"), 0, "the backend never saw a second outcome");
@@ -357,4 +355,21 @@ async fn an_honest_device_gives_up_at_its_own_2s_ceiling() {
     assert_eq!(err.detail("code"), Some(&json!("device_timeout")));
     assert_eq!(err.detail("retryable"), Some(&json!(true)));
     assert_eq!(edge.hub.counters().get("call_timeouts"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_id_is_spelled_as_a_string_is_delivered_at_once() {
+    let edge = DuplexEdge::new();
+    let spec = DeviceSpec::minimal(vec![tool("sloppy")]).with("sloppy", Behavior::StringId);
+    let (_dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let started = Instant::now();
+    let (outcome, logs) =
+        capture_logs(link.call(call(&session, "client__sloppy"), Duration::from_secs(12))).await;
+    let response = outcome.unwrap();
+    assert!(!response.result.is_error);
+    assert_eq!(started.elapsed(), Duration::ZERO, "the device answered; nobody waits out the 7 s leg");
+    assert_eq!(edge.hub.counters().get("answer_ids_coerced"), 1);
+    assert_eq!(edge.hub.counters().get("unknown_responses"), 0);
+    assert!(logs.contains("(JSON-RPC requires the same id)"), "the device's mistake is named: {logs}");
 }

@@ -20,6 +20,8 @@ use tether_edge::auth::Keys;
 use tether_edge::{Edge, EdgeConfig, Hub};
 use tether_harness::{DeviceSpec, SimDevice, SimHandle};
 
+pub mod source;
+
 /// The fixed secret every test edge uses.
 pub const SECRET: &str = "tether-test-secret-0123456789abcdef";
 
@@ -100,8 +102,8 @@ impl LiveEdge {
 
     pub async fn device(&self, spec: DeviceSpec) -> (SimHandle, String) {
         let mut dev = SimDevice::connect(&self.url, &self.client_token("mira"), spec).await.unwrap();
-        let session = dev.session_id().await.unwrap();
-        wait_until(|| self.hub.session(&session).is_some()).await;
+        let session = dev.ready().await.unwrap();
+        assert!(self.hub.session(&session).is_some(), "a ready device's session is listed");
         (dev, session)
     }
 
@@ -177,8 +179,8 @@ impl DuplexEdge {
     pub async fn device(&self, spec: DeviceSpec) -> (SimHandle, String) {
         let ws = self.raw_device().await;
         let mut dev = SimDevice::spawn(ws, spec);
-        let session = dev.session_id().await.unwrap();
-        wait_until(|| self.hub.session(&session).is_some()).await;
+        let session = dev.ready().await.unwrap();
+        assert!(self.hub.session(&session).is_some(), "a ready device's session is listed");
         (dev, session)
     }
 

@@ -109,7 +109,9 @@ pub fn classify(value: Value) -> Result<Frame, FrameError> {
             Some(_) => Err(FrameError::Invalid { id: None, reason: "id must be a string or integer" }),
         };
     }
-    let Some(id) = usable_id else {
+    // A response's id is matched by value (`answer_id`): a number such as
+    // `7.0` still names request 7, so it is not refused here.
+    let Some(id) = usable_id.or(id.filter(Value::is_number)) else {
         return Err(FrameError::Invalid { id: None, reason: "response without a usable id" });
     };
     match (obj.remove("result"), obj.remove("error")) {
@@ -119,6 +121,40 @@ pub fn classify(value: Value) -> Result<Frame, FrameError> {
             Err(FrameError::Invalid { id: Some(id), reason: "response needs exactly one of result or error" })
         }
     }
+}
+
+/// How a response's id matched one of our own request ids (we only ever send
+/// unsigned integers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerId {
+    /// The id is the integer we sent.
+    Exact(u64),
+    /// The id names our integer by value in another spelling (`"7"`, `7.0`): a
+    /// peer bug, but the answer is the call's, so it is delivered, counted and logged.
+    Coerced(u64),
+    /// No request of ours could have had this id.
+    Foreign,
+}
+
+/// Reads a response id as one of our request ids, by value.
+///
+/// JSON-RPC says a response echoes the request's id; a peer that turns `7`
+/// into `"7"` or `7.0` still answered request 7, and dropping its answer would
+/// leave the caller waiting out a leg for an outcome that already arrived.
+/// Only a canonical decimal string or an integral number is read this way:
+/// `"07"`, `" 7"` or `7.5` name no id of ours.
+pub fn answer_id(id: &Value) -> AnswerId {
+    if let Some(n) = id.as_u64() {
+        return AnswerId::Exact(n);
+    }
+    let by_value = match id {
+        Value::String(s) => s.parse::<u64>().ok().filter(|n| n.to_string() == *s),
+        Value::Number(n) => {
+            n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 2f64.powi(53)).map(|f| f as u64)
+        }
+        _ => None,
+    };
+    by_value.map_or(AnswerId::Foreign, AnswerId::Coerced)
 }
 
 // Frames are serialized straight from borrowed parts: building a `json!` tree
@@ -225,6 +261,25 @@ mod tests {
             parse(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"x"}}"#),
             Ok(Frame::Response { outcome: Err(_), .. })
         ));
+    }
+
+    #[test]
+    fn answer_ids_match_by_value_and_only_by_value() {
+        let cases = [
+            (json!(7), AnswerId::Exact(7)),
+            (json!("7"), AnswerId::Coerced(7)),
+            (json!(7.0), AnswerId::Coerced(7)),
+            (json!("07"), AnswerId::Foreign),
+            (json!(" 7"), AnswerId::Foreign),
+            (json!("+7"), AnswerId::Foreign),
+            (json!(7.5), AnswerId::Foreign),
+            (json!(-7), AnswerId::Foreign),
+            (json!("x"), AnswerId::Foreign),
+            (json!(null), AnswerId::Foreign),
+        ];
+        for (id, want) in cases {
+            assert_eq!(answer_id(&id), want, "{id}");
+        }
     }
 
     #[test]

@@ -54,6 +54,10 @@ counters! {
     per_tool_timeouts,
     /// Responses from the edge that arrived after their request gave up.
     late_responses,
+    /// Responses whose id named a request by value in another spelling (`"7"` for 7): delivered, logged.
+    response_ids_coerced,
+    /// Requests refused as `overloaded` because the link's outbound queue was full.
+    requests_refused,
     /// Edge notifications dropped because the application did not read them.
     notifications_dropped,
     /// Frames from the edge that were not valid JSON-RPC.
@@ -84,8 +88,32 @@ impl CoreCounters {
         counter.inc();
     }
 
-    /// Reads one counter by name; 0 for an unknown name.
+    /// Reads one counter by name; None when no counter has that name.
+    pub fn try_get(&self, name: &str) -> Option<u64> {
+        self.snapshot().get(name).copied()
+    }
+
+    /// Reads one counter by name, for tests and reports that name counters in code.
+    ///
+    /// # Panics
+    ///
+    /// When no counter has that name: a misspelt name must fail its test, not
+    /// read as a counter that stayed at 0.
     pub fn get(&self, name: &str) -> u64 {
-        self.snapshot().get(name).copied().unwrap_or(0)
+        match self.try_get(name) {
+            Some(n) => n,
+            None => panic!("no counter named {name:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "no counter named")]
+    fn a_misspelt_counter_name_fails_instead_of_reading_0() {
+        CoreCounters::default().get("late_respones");
     }
 }

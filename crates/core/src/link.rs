@@ -26,7 +26,7 @@ use tether_contract::backend::{
     method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionInspect, SessionsList,
     TurnBegun,
 };
-use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
 
 use crate::counters::CoreCounters;
@@ -91,15 +91,24 @@ impl Inner {
         debug!(reason, "backend link latched closed");
     }
 
-    fn complete(&self, id: &Value, outcome: Result<Value, WireError>) {
-        let waiter = id.as_u64().and_then(|id| lock(&self.state).pending.remove(&id));
+    fn complete(&self, raw_id: &Value, outcome: Result<Value, WireError>) {
+        let id = match jsonrpc::answer_id(raw_id) {
+            AnswerId::Exact(id) => Some(id),
+            AnswerId::Coerced(id) => {
+                CoreCounters::bump(&self.counters.response_ids_coerced);
+                warn!(request = id, answered = %raw_id, "edge answered request {id} with the id spelled {raw_id}; delivered by value");
+                Some(id)
+            }
+            AnswerId::Foreign => None,
+        };
+        let waiter = id.and_then(|id| lock(&self.state).pending.remove(&id));
         match waiter {
             Some(tx) => {
                 let _ = tx.send(outcome);
             }
             None => {
                 CoreCounters::bump(&self.counters.late_responses);
-                debug!(id = %id, "edge response for a request that already gave up");
+                debug!(id = %raw_id, "edge response for a request that already gave up");
             }
         }
     }
@@ -233,6 +242,12 @@ impl BackendLink {
         let frame = Message::text(jsonrpc::request(&Value::from(id), method, &params));
         if self.inner.outbound.try_send(frame).is_err() {
             lock(&self.inner.state).pending.remove(&id);
+            CoreCounters::bump(&self.inner.counters.requests_refused);
+            warn!(
+                method,
+                queue = OUTBOUND_QUEUE,
+                "backend link outbound queue is full; request refused as overloaded"
+            );
             return Err(WireError::new(ErrorKind::Overloaded, "backend link outbound queue is full"));
         }
         match tokio::time::timeout(budget, &mut rx).await {

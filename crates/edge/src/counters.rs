@@ -75,6 +75,8 @@ counters! {
     late_answers,
     /// Responses for ids the edge never sent or already answered (logged, ignored).
     unknown_responses,
+    /// Answers whose id named a call by value in another spelling (`"7"` for 7): delivered, logged.
+    answer_ids_coerced,
     /// Results refused for exceeding the result cap.
     results_too_large,
     /// Manifest candidates applied.
@@ -217,9 +219,22 @@ impl EdgeCounters {
         counter.inc();
     }
 
-    /// Reads one counter by name; 0 for an unknown name.
+    /// Reads one counter by name; None when no counter has that name.
+    pub fn try_get(&self, name: &str) -> Option<u64> {
+        self.snapshot().get(name).copied()
+    }
+
+    /// Reads one counter by name, for tests and reports that name counters in code.
+    ///
+    /// # Panics
+    ///
+    /// When no counter has that name: a misspelt name must fail its test, not
+    /// read as a counter that stayed at 0.
     pub fn get(&self, name: &str) -> u64 {
-        self.snapshot().get(name).copied().unwrap_or(0)
+        match self.try_get(name) {
+            Some(n) => n,
+            None => panic!("no counter named {name:?}"),
+        }
     }
 }
 
@@ -228,4 +243,15 @@ pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "no counter named")]
+    fn a_misspelt_counter_name_fails_instead_of_reading_0() {
+        EdgeCounters::default().get("late_answer");
+    }
 }

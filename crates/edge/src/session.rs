@@ -25,7 +25,7 @@ use tether_contract::backend::{
     SessionInspect,
 };
 use tether_contract::error::{ErrorKind, WireError};
-use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::mcp::{self, meta, method, CallToolResult, InitializeResult, ListToolsResult};
 use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
 
@@ -206,6 +206,11 @@ impl Session {
     /// Whether the session has latched closed.
     pub fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
+    }
+
+    /// Frames queued for the device's socket right now (bounded by the outbound queue).
+    pub fn queued_frames(&self) -> usize {
+        self.outbound.max_capacity() - self.outbound.capacity()
     }
 
     /// Calls waiting for the device right now.
@@ -425,9 +430,19 @@ impl Session {
         Ok(response)
     }
 
-    /// Reads the device catalog (following `nextCursor`) within `budget` and
-    /// offers it to the manifest state.
+    /// Reads the device catalog (following `nextCursor`) within `budget`,
+    /// offers it to the manifest state, and reports an applied swap to the device.
     pub async fn read_catalog(&self, budget: Duration) -> Result<Swap, WireError> {
+        let (swap, report) = self.fetch_catalog(budget).await?;
+        if let Some(report) = report {
+            self.send_notification(method::MANIFEST_APPLIED, &report);
+        }
+        Ok(swap)
+    }
+
+    /// [`Self::read_catalog`] without telling the device: returns the
+    /// `manifest_applied` report of an accepted swap for the caller to send.
+    async fn fetch_catalog(&self, budget: Duration) -> Result<(Swap, Option<Value>), WireError> {
         let caps = self.caps();
         let stamp = self.read_stamp.fetch_add(1, Ordering::Relaxed) + 1;
         let read_started = Instant::now();
@@ -497,11 +512,12 @@ impl Session {
         let identity = self.identity.read().map(|i| i.clone()).unwrap_or_default();
         let candidate = AppliedManifest::new(&self.id, seq, intake, context, &identity);
         let swap = self.manifest.offer(candidate);
+        let mut applied = None;
         match swap {
             Swap::Accepted { from, to } => {
                 EdgeCounters::bump(&self.counters().swaps_accepted);
                 info!(session = %self.id, from = ?from, to, "manifest swap accepted");
-                self.send_notification(method::MANIFEST_APPLIED, &report);
+                applied = Some(report);
                 if from.is_some() {
                     self.hub.publish(BackendEvent::ListChanged(ListChanged {
                         session: self.id.clone(),
@@ -514,10 +530,13 @@ impl Session {
                 info!(session = %self.id, applied, offered, "stale manifest swap rejected");
             }
         }
-        Ok(swap)
+        Ok((swap, applied))
     }
 
-    async fn initialize(&self) -> Result<(), WireError> {
+    /// The handshake: `initialize`, then the first catalog read. Returns the
+    /// first `manifest_applied` report, which the caller sends once the session
+    /// is listed: a device told its manifest applied can be called at once.
+    async fn initialize(&self) -> Result<Option<Value>, WireError> {
         let budget = self.hub.config.budgets.reread;
         let params = json!({
             "protocolVersion": MCP_PROTOCOL_VERSION,
@@ -551,7 +570,7 @@ impl Session {
             *guard = identity;
         }
         self.send_notification(method::INITIALIZED, &json!({}));
-        self.read_catalog(budget).await.map(|_| ())
+        self.fetch_catalog(budget).await.map(|(_, report)| report)
     }
 
     /// Latches with `reason` and closes the socket with `code` and `text`.
@@ -642,11 +661,19 @@ impl Session {
         }
     }
 
-    fn complete(&self, id: &Value, answer: Answer) {
-        let Some(id) = id.as_u64() else {
-            EdgeCounters::bump(&self.counters().unknown_responses);
-            debug!(session = %self.id, id = %id, "response for an id the edge never used");
-            return;
+    fn complete(&self, raw_id: &Value, answer: Answer) {
+        let id = match jsonrpc::answer_id(raw_id) {
+            AnswerId::Exact(id) => id,
+            AnswerId::Coerced(id) => {
+                EdgeCounters::bump(&self.counters().answer_ids_coerced);
+                warn!(session = %self.id, call_id = id, answered = %raw_id, "device answered request {id} with the id spelled {raw_id} (JSON-RPC requires the same id); delivered by value");
+                id
+            }
+            AnswerId::Foreign => {
+                EdgeCounters::bump(&self.counters().unknown_responses);
+                debug!(session = %self.id, id = %raw_id, "response for an id the edge never used");
+                return;
+            }
         };
         let mut link = lock(&self.link);
         if let Some(pending) = link.pending.remove(&id) {
@@ -751,7 +778,7 @@ pub async fn serve_client<S, W>(
             let s = lifecycle_session;
             // Boxed so the idle task keeps only the refresher's small state.
             match Box::pin(s.initialize()).await {
-                Ok(()) => {
+                Ok(report) => {
                     EdgeCounters::bump(&s.counters().sessions_opened);
                     let seq = s.manifest.seq().unwrap_or(0);
                     info!(session = %s.id, principal = %s.principal, seq, "device session ready");
@@ -761,6 +788,10 @@ pub async fn serve_client<S, W>(
                         if s.is_closed() {
                             s.hub.remove(&s.id);
                         }
+                    }
+                    // Listed first, then told: the device's "ready" means callable.
+                    if let Some(report) = report {
+                        s.send_notification(method::MANIFEST_APPLIED, &report);
                     }
                     s.refresher().await;
                 }
@@ -812,11 +843,13 @@ where
 {
     let config = &session.hub.config;
     let mut last_seen = Instant::now();
-    let next_check = |from: Instant| {
-        let ping = from + config.ping_interval;
-        expires_at.map_or(ping, |e| e.min(ping))
+    // The next moment something may be due: a ping, the idle deadline (exactly
+    // `idle_timeout` after the last frame), or the credential's expiry.
+    let next_check = |now: Instant, last_seen: Instant| {
+        let due = (now + config.ping_interval).min(last_seen + config.idle_timeout);
+        expires_at.map_or(due, |e| e.min(due))
     };
-    let mut check_at = next_check(last_seen);
+    let mut check_at = next_check(last_seen, last_seen);
     loop {
         let next = tokio::select! {
             next = stream.next() => next,
@@ -839,7 +872,7 @@ where
                 {
                     EdgeCounters::bump(&session.counters().outbound_full);
                 }
-                check_at = next_check(now);
+                check_at = next_check(now, last_seen);
                 continue;
             }
         };

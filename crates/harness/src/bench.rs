@@ -167,7 +167,7 @@ async fn connect_devices(url: &str, token: &str, n: usize, spec: &DeviceSpec) ->
             pending.spawn(async move {
                 for _ in 0..5 {
                     if let Ok(mut dev) = SimDevice::connect(&url, &token, spec.clone()).await {
-                        if let Some(id) = dev.session_id().await {
+                        if let Some(id) = dev.ready().await {
                             return Some((dev, id));
                         }
                     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -61,6 +61,17 @@ pub enum Behavior {
     Oversize,
     /// Send a burst of `list_changed`, then answer.
     Flood,
+    /// Answer once the test adds a permit to the gate (a call held in flight on cue).
+    Gated(Arc<Semaphore>),
+    /// Answer with a JSON-RPC error object instead of a result.
+    Reject {
+        /// JSON-RPC `error.code`.
+        code: i64,
+        /// JSON-RPC `error.message`.
+        message: String,
+    },
+    /// Answer with the request id spelled as a string (`"7"` for 7): a peer bug.
+    StringId,
     /// Draw one of the above per call from a shared, seeded mix.
     Mixed(Arc<FaultMix>),
 }
@@ -175,6 +186,7 @@ pub struct Observed {
     calls: Mutex<Vec<ReceivedCall>>,
     cancels: Mutex<Vec<Value>>,
     manifest_reports: Mutex<Vec<Value>>,
+    close_code: Mutex<Option<u16>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -197,6 +209,10 @@ impl Observed {
     pub fn manifest_reports(&self) -> Vec<Value> {
         lock(&self.manifest_reports).clone()
     }
+    /// The code of the close frame the edge sent, if one arrived.
+    pub fn close_code(&self) -> Option<u16> {
+        *lock(&self.close_code)
+    }
 }
 
 #[derive(Debug)]
@@ -210,6 +226,7 @@ enum Control {
 pub struct SimHandle {
     control: mpsc::Sender<Control>,
     session: watch::Receiver<Option<String>>,
+    ready: watch::Receiver<bool>,
     /// What the device saw.
     pub observed: Arc<Observed>,
     done: watch::Receiver<bool>,
@@ -220,6 +237,14 @@ impl SimHandle {
     pub async fn session_id(&mut self) -> Option<String> {
         let got = self.session.wait_for(Option::is_some).await.ok()?;
         got.clone()
+    }
+
+    /// Waits until the edge reports the first manifest applied, and returns
+    /// the session id. The edge lists a session before it reports, so from
+    /// here on backends can find and call it.
+    pub async fn ready(&mut self) -> Option<String> {
+        self.ready.wait_for(|r| *r).await.ok()?;
+        self.session_id().await
     }
 
     /// Replaces the catalog with a newer seq and announces it with `list_changed`.
@@ -265,9 +290,11 @@ impl SimDevice {
         let (control_tx, control_rx) = mpsc::channel(16);
         let (session_tx, session_rx) = watch::channel(None);
         let (done_tx, done_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = watch::channel(false);
         let observed = Arc::new(Observed::default());
-        tokio::spawn(run(ws, spec, control_rx, session_tx, Arc::clone(&observed), done_tx));
-        SimHandle { control: control_tx, session: session_rx, observed, done: done_rx }
+        let signals = Signals { session: session_tx, ready: ready_tx, done: done_tx };
+        tokio::spawn(run(ws, spec, control_rx, signals, Arc::clone(&observed)));
+        SimHandle { control: control_tx, session: session_rx, ready: ready_rx, observed, done: done_rx }
     }
 }
 
@@ -371,13 +398,19 @@ pub fn example_of(schema: &Value) -> Value {
     }
 }
 
+/// What the device task tells its handle.
+struct Signals {
+    session: watch::Sender<Option<String>>,
+    ready: watch::Sender<bool>,
+    done: watch::Sender<bool>,
+}
+
 async fn run<S>(
     ws: WebSocketStream<S>,
     spec: DeviceSpec,
     mut control: mpsc::Receiver<Control>,
-    session: watch::Sender<Option<String>>,
+    signals: Signals,
     observed: Arc<Observed>,
-    done: watch::Sender<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -398,18 +431,26 @@ async fn run<S>(
         tokio::select! {
             next = stream.next() => {
                 let Some(Ok(msg)) = next else { break };
-                let Message::Text(text) = msg else {
-                    if msg.is_close() { break } else { continue }
+                let text = match msg {
+                    Message::Text(text) => text,
+                    Message::Close(frame) => {
+                        *lock(&observed.close_code) = frame.map(|f| u16::from(f.code));
+                        break;
+                    }
+                    _ => continue,
                 };
                 match jsonrpc::parse(text.as_str()) {
                     Ok(Frame::Request { id, method, params }) => {
-                        if !handle_request(&mut state, &out_tx, &session, &observed, id, &method, params).await {
+                        if !handle_request(&mut state, &out_tx, &signals.session, &observed, id, &method, params).await {
                             break;
                         }
                     }
                     Ok(Frame::Notification { method, params }) => match method.as_str() {
                         method::CANCELLED => lock(&observed.cancels).push(params),
-                        method::MANIFEST_APPLIED => lock(&observed.manifest_reports).push(params),
+                        method::MANIFEST_APPLIED => {
+                            lock(&observed.manifest_reports).push(params);
+                            signals.ready.send_replace(true);
+                        }
                         _ => {}
                     },
                     Ok(Frame::Response { .. }) => {}
@@ -427,7 +468,7 @@ async fn run<S>(
         }
     }
     writer.abort();
-    let _ = done.send(true);
+    signals.done.send_replace(true);
 }
 
 /// Handles one request; returns false when the device should drop the socket.
@@ -474,9 +515,9 @@ async fn handle_request(
                 .cloned()
                 .unwrap_or_else(|| state.spec.default_behavior.clone());
             let ceiling = state.spec.answer_ceiling;
-            let behavior = match behavior {
-                Behavior::Mixed(mix) => concrete(&mix, state),
-                other => other,
+            let (behavior, mix) = match behavior {
+                Behavior::Mixed(mix) => (concrete(&mix, state), Some(mix)),
+                other => (other, None),
             };
             let sid = state.session.clone();
             let sid = sid.as_deref();
@@ -498,7 +539,16 @@ async fn handle_request(
                     };
                     delayed(out, id, frame.0, frame.1);
                 }
-                Behavior::Late { after } => delayed(out, id, after, echo(state.seq_meta())),
+                Behavior::Late { after } => {
+                    let (out, r) = (out.clone(), echo(state.seq_meta()));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        let sent = out.send(Message::text(jsonrpc::response(&id, &r))).await.is_ok();
+                        if let Some(mix) = mix {
+                            mix.late_answer_settled(sent);
+                        }
+                    });
+                }
                 Behavior::Fail { code, retryable } => {
                     let r = json!({
                         "content": [{"type": "text", "text": format!("{name} failed: {code}")}],
@@ -535,6 +585,25 @@ async fn handle_request(
                         let _ = out.send(Message::text(f)).await;
                     }
                     let _ = out.send(reply(echo(state.seq_meta()))).await;
+                }
+                Behavior::Gated(gate) => {
+                    let (out, r) = (out.clone(), echo(state.seq_meta()));
+                    tokio::spawn(async move {
+                        if let Ok(permit) = gate.acquire().await {
+                            permit.forget();
+                            let _ = out.send(Message::text(jsonrpc::response(&id, &r))).await;
+                        }
+                    });
+                }
+                Behavior::Reject { code, message } => {
+                    let error = json!({"code": code, "message": message});
+                    let frame = json!({"jsonrpc": "2.0", "id": id, "error": error});
+                    let _ = out.send(Message::text(frame.to_string())).await;
+                }
+                Behavior::StringId => {
+                    let spelled = Value::from(id.to_string());
+                    let _ =
+                        out.send(Message::text(jsonrpc::response(&spelled, &echo(state.seq_meta())))).await;
                 }
                 Behavior::Mixed(_) => {}
             }

@@ -102,6 +102,8 @@ pub struct FaultMix {
     /// How long a late answer waits.
     pub late_after: Duration,
     injected: [AtomicU64; 10],
+    late_sent: AtomicU64,
+    late_settled: AtomicU64,
     rng: Mutex<SplitMix64>,
 }
 
@@ -134,6 +136,8 @@ impl FaultMix {
             answer_max,
             late_after: Duration::from_millis(7_500),
             injected: Default::default(),
+            late_sent: AtomicU64::new(0),
+            late_settled: AtomicU64::new(0),
             rng: Mutex::new(SplitMix64::new(seed)),
         })
     }
@@ -160,6 +164,24 @@ impl FaultMix {
             self.injected[i].fetch_add(1, Ordering::Relaxed);
         }
         (fault, latency)
+    }
+
+    /// Records that a late answer's moment came: sent, or not (its socket was gone).
+    pub fn late_answer_settled(&self, sent: bool) {
+        if sent {
+            self.late_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        self.late_settled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Late answers actually written toward the edge.
+    pub fn late_sent(&self) -> u64 {
+        self.late_sent.load(Ordering::Relaxed)
+    }
+
+    /// Late answers whose moment has come, sent or not.
+    pub fn late_settled(&self) -> u64 {
+        self.late_settled.load(Ordering::Relaxed)
     }
 
     /// How many calls got `fault`.

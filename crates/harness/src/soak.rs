@@ -2,7 +2,12 @@
 //! that goes through `tether-core`, with the invariants that must hold.
 //!
 //! Invariants (each breaks the run's exit status):
-//! - **lost calls** — calls started minus terminal outcomes: 0;
+//! - **a fleet and a load** — every simulated device got a session, and calls
+//!   were started: a soak that exercised nothing proves nothing;
+//! - **lost calls** — calls started minus terminal outcomes the edge delivered:
+//!   0. A call that ended only because core's own per-tool budget ran out got
+//!   no outcome from the edge (the edge's legs end inside that budget), so it
+//!   is lost, not a timeout;
 //! - **duplicate outcomes** — responses the backend link received for calls
 //!   that already had their outcome: 0;
 //! - **misrouted results** — a result whose echoed nonce or session is not the
@@ -21,6 +26,7 @@ use tokio::time::Instant;
 
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::mcp::ToolDeclaration;
+use tether_contract::{ErrorKind, Leg};
 use tether_core::BackendLink;
 
 use crate::device::{tool, Behavior, DeviceSpec, SimDevice};
@@ -60,7 +66,20 @@ pub struct SoakConfig {
     pub seed: u64,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// Core's per-tool budget for each call ([`DEFAULT_CALL_BUDGET`]). The
+    /// edge's legs end inside it; one shorter than the edge's 7 s leg makes the
+    /// edge's late outcomes look lost, which is how the ledger is shown to fire.
+    pub call_budget: Duration,
+    /// How long every device may take to get a session ([`DEFAULT_FLEET_DEADLINE`]).
+    pub fleet_deadline: Duration,
 }
+
+/// Core's per-tool budget (the 12 s of the 7 + 4 + 1 chain).
+pub const DEFAULT_CALL_BUDGET: Duration = Duration::from_secs(12);
+/// How long the fleet may take to connect before the soak fails.
+pub const DEFAULT_FLEET_DEADLINE: Duration = Duration::from_secs(30);
+/// Longest wait for the edge to count late answers the devices already sent.
+const LATE_SETTLE: Duration = Duration::from_secs(5);
 
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -117,10 +136,16 @@ pub struct SoakReport {
     pub seed: u64,
     /// Calls started.
     pub calls_started: u64,
-    /// Terminal outcomes by kind (`ok` or an error kind).
+    /// Terminal outcomes the edge delivered, by kind (`ok` or an error kind).
     pub outcomes: BTreeMap<String, u64>,
-    /// Started minus terminal outcomes (must be 0).
+    /// Started minus terminal outcomes the edge delivered (must be 0).
     pub lost_calls: u64,
+    /// Of the lost calls, those that ended only at core's per-tool budget.
+    pub lost_at_core_budget: u64,
+    /// Simulated devices that got a session at least once (must be all of them).
+    pub devices_connected: u64,
+    /// Why the first device that could not connect was refused.
+    pub first_connect_error: Option<String>,
     /// Second outcomes delivered to the backend (must be 0).
     pub duplicate_outcomes: u64,
     /// Results that belonged to another call or session (must be 0).
@@ -143,6 +168,8 @@ pub struct SoakReport {
     pub reconnects: u64,
     /// Calls the edge still held after the run (must be 0).
     pub pending_at_end: u64,
+    /// Core's per-tool budget per call, in milliseconds.
+    pub call_budget_ms: u64,
     /// Per-second throughput and latency.
     pub timeline: Vec<Second>,
 }
@@ -151,8 +178,21 @@ impl SoakReport {
     /// The invariants this report breaks, as sentences; empty means all held.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
+        if (self.devices_connected as usize) < self.devices {
+            let why = self.first_connect_error.as_deref().unwrap_or("no error was reported");
+            v.push(format!(
+                "only {} of {} simulated devices got a session (first refusal: {why})",
+                self.devices_connected, self.devices
+            ));
+        }
+        if self.calls_started == 0 {
+            v.push("no calls were started, so nothing was checked".to_owned());
+        }
         if self.lost_calls > 0 {
-            v.push(format!("{} calls never reached a terminal outcome", self.lost_calls));
+            v.push(format!(
+                "{} calls never got a terminal outcome from the edge ({} of them ended only at core's {} ms budget)",
+                self.lost_calls, self.lost_at_core_budget, self.call_budget_ms
+            ));
         }
         if self.duplicate_outcomes > 0 {
             v.push(format!("{} duplicate outcomes reached the backend", self.duplicate_outcomes));
@@ -176,7 +216,7 @@ impl SoakReport {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let mut row = |k: &str, v: String| out.push_str(&format!("{k:<24} {v}\n"));
-        row("devices", self.devices.to_string());
+        row("devices", format!("{} asked, {} got a session", self.devices, self.devices_connected));
         row("duration", format!("{:.1} s", self.duration_s));
         row("faults", self.faults.clone());
         row("seed", self.seed.to_string());
@@ -184,7 +224,7 @@ impl SoakReport {
         for (k, n) in &self.outcomes {
             row(&format!("  outcome {k}"), n.to_string());
         }
-        row("lost calls", self.lost_calls.to_string());
+        row("lost calls", format!("{} ({} at core's budget)", self.lost_calls, self.lost_at_core_budget));
         row("duplicate outcomes", self.duplicate_outcomes.to_string());
         row("misrouted results", self.misrouted_results.to_string());
         row("late answers", format!("{} counted / {} injected", self.late_counted, self.late_injected));
@@ -217,7 +257,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Default)]
 struct Tally {
     started: AtomicU64,
+    /// Calls the edge gave a terminal outcome.
     completed: AtomicU64,
+    /// Calls that ended only at core's own budget: the edge never answered.
+    lost_at_core_budget: AtomicU64,
+    /// Distinct devices that got a session, and the first refusal.
+    devices_connected: AtomicU64,
+    first_connect_error: Mutex<Option<String>>,
     misrouted: AtomicU64,
     reconnects: AtomicU64,
     outcomes: Mutex<BTreeMap<String, u64>>,
@@ -317,23 +363,35 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
         device_tasks.push(tokio::spawn(async move {
             let tools = if i % 25 == 24 { over_cap_tools() } else { vec![tool("op")] };
             let mut first = true;
+            let mut connected_once = false;
             while Instant::now() < fleet_end {
                 let mut spec = DeviceSpec::minimal(tools.clone());
                 // An over-cap catalog does not fit one frame: page it, as a real device must.
                 spec.page_size = Some(8);
                 spec.record_calls = false;
                 spec.default_behavior = Behavior::Mixed(Arc::clone(&mix));
-                let Ok(mut dev) = SimDevice::connect(&edge, &token, spec).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
+                let mut dev = match SimDevice::connect(&edge, &token, spec).await {
+                    Ok(dev) => dev,
+                    Err(e) => {
+                        lock(&tally.first_connect_error).get_or_insert_with(|| e.to_string());
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
                 };
                 if !first {
                     tally.reconnects.fetch_add(1, Ordering::Relaxed);
                 }
                 first = false;
-                let Some(session) = dev.session_id().await else { continue };
-                // Give the edge a moment to finish the catalog read before offering the session.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Ready means listed: the edge lists a session before it reports the manifest applied.
+                let Some(session) = dev.ready().await else {
+                    let why = "the edge closed the connection before the first manifest applied";
+                    lock(&tally.first_connect_error).get_or_insert_with(|| why.to_owned());
+                    continue;
+                };
+                if !connected_once {
+                    connected_once = true;
+                    tally.devices_connected.fetch_add(1, Ordering::Relaxed);
+                }
                 lock(&live).push(session.clone());
                 tokio::select! {
                     _ = dev.closed() => {}
@@ -344,11 +402,16 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
             }
         }));
     }
-    // Wait for the fleet to come up (bounded).
-    let up_deadline = Instant::now() + Duration::from_secs(30);
-    while lock(&live).len() < cfg.devices * 9 / 10 && Instant::now() < up_deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every device must get a session (bounded): a fleet that cannot connect
+    // ends the soak here, failed, rather than driving load at nothing.
+    let up_deadline = Instant::now() + cfg.fleet_deadline;
+    while (tally.devices_connected.load(Ordering::Relaxed) as usize) < cfg.devices
+        && Instant::now() < up_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let fleet_up = tally.devices_connected.load(Ordering::Relaxed) as usize >= cfg.devices;
+    let load_end = if fleet_up { load_end } else { Instant::now() };
 
     let bar = if cfg.progress {
         let bar = indicatif::ProgressBar::new(cfg.duration.as_secs().max(1));
@@ -365,6 +428,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
     // The fleet's devices all run as the client token's principal, so the same
     // token serves as every turn's user credential.
     let credential: Arc<str> = Arc::from(cfg.client_token.as_str());
+    let call_budget = cfg.call_budget;
     let call_one = {
         let (link, live, tally) = (Arc::clone(&link), Arc::clone(&live), Arc::clone(&tally));
         move |nonce: u64, rng: &mut SplitMix64| {
@@ -390,12 +454,20 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
                     name: "client__op".into(),
                     arguments: json!({ "nonce": nonce }),
                     meta: CallMeta {
-                        budget_ms: Some(12_000),
+                        // The edge is told the chain's budget; `call_budget` is only how long core waits.
+                        budget_ms: Some(u64::try_from(DEFAULT_CALL_BUDGET.as_millis()).unwrap_or(u64::MAX)),
                         credential: Some(credential.to_string()),
                         ..CallMeta::default()
                     },
                 };
-                let outcome = link.call(params, Duration::from_secs(12)).await;
+                let outcome = link.call(params, call_budget).await;
+                if outcome.as_ref().is_err_and(|e| {
+                    e.kind == ErrorKind::Timeout && e.detail("leg") == Some(&json!(Leg::PerTool.as_str()))
+                }) {
+                    // Core gave up; the edge never delivered an outcome.
+                    tally.lost_at_core_budget.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
                 let kind = match &outcome {
                     Ok(resp) => {
                         let sc = resp.result.structured_content.as_ref();
@@ -489,10 +561,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
     }
     let elapsed = started_at.elapsed();
     let sessions_connected = scrape(&cfg.edge).await.map_or_else(|| lock(&live).len() as u64, |s| s.sessions);
-    // Every call has joined, so every late answer (7.5 s after its call began)
-    // is at most moments away; let it land, then read the edge.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let end = scrape(&cfg.edge).await.unwrap_or_default();
+    let end = settle_late_answers(&cfg.edge, &mix, start_sample.late).await;
     peak_rss = peak_rss.max(end.rss);
     for d in device_tasks {
         d.abort();
@@ -500,6 +569,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
 
     let started = tally.started.load(Ordering::Relaxed);
     let completed = tally.completed.load(Ordering::Relaxed);
+    let first_connect_error = lock(&tally.first_connect_error).clone();
     let latency = lock(&tally.latency).as_ref().map(Percentiles::of).unwrap_or_default();
     let injected = Fault::ALL.iter().map(|f| (f.name().to_owned(), mix.injected(*f))).collect();
     let outcomes = lock(&tally.outcomes).clone();
@@ -511,6 +581,10 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
         calls_started: started,
         outcomes,
         lost_calls: started.saturating_sub(completed),
+        lost_at_core_budget: tally.lost_at_core_budget.load(Ordering::Relaxed),
+        devices_connected: tally.devices_connected.load(Ordering::Relaxed),
+        first_connect_error,
+        call_budget_ms: u64::try_from(cfg.call_budget.as_millis()).unwrap_or(u64::MAX),
         duplicate_outcomes: link.counters().get("late_responses"),
         misrouted_results: tally.misrouted.load(Ordering::Relaxed),
         late_injected: mix.injected(Fault::Late),
@@ -524,6 +598,26 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
         pending_at_end: end.in_flight,
         timeline,
     })
+}
+
+/// Waits until every late answer the devices scheduled has been sent (or
+/// found its socket gone), then until the edge has counted the sent ones; the
+/// second wait is bounded by [`LATE_SETTLE`] because an answer can still be
+/// lost with a socket that closes as it is written. Returns the edge's metrics.
+async fn settle_late_answers(edge: &str, mix: &FaultMix, late_at_start: u64) -> EdgeSample {
+    // Each is due `late_after` after its call reached the device, and every call has joined.
+    let due = Instant::now() + mix.late_after + LATE_SETTLE;
+    while mix.late_settled() < mix.injected(Fault::Late) && Instant::now() < due {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + LATE_SETTLE;
+    loop {
+        let sample = scrape(edge).await.unwrap_or_default();
+        if sample.late.saturating_sub(late_at_start) >= mix.late_sent() || Instant::now() >= deadline {
+            return sample;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Writes an SVG with throughput and latency percentiles over time.

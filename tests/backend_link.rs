@@ -1,0 +1,125 @@
+//! Core's backend link seen from the edge's side: a scripted edge over an
+//! in-memory duplex pipe, on paused time, so "at once" means zero virtual time.
+//! The latch, answers the link must still recognise, and bursts past its queue.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::DuplexStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use common::{capture_logs, DuplexEdge};
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::ErrorKind;
+use tether_core::BackendLink;
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec};
+
+/// A backend link and the edge end of its socket, which the test drives by hand.
+async fn scripted_edge() -> (Arc<BackendLink>, WebSocketStream<DuplexStream>) {
+    let (client_end, edge_end) = tokio::io::duplex(1 << 20);
+    let link =
+        BackendLink::from_stream(WebSocketStream::from_raw_socket(client_end, Role::Client, None).await);
+    (Arc::new(link), WebSocketStream::from_raw_socket(edge_end, Role::Server, None).await)
+}
+
+fn call(session: &str) -> CallParams {
+    let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
+    CallParams { session: session.into(), name: "client__a".into(), arguments: json!({}), meta }
+}
+
+async fn next_request(edge: &mut WebSocketStream<DuplexStream>) -> Value {
+    loop {
+        if let Message::Text(t) = edge.next().await.unwrap().unwrap() {
+            return serde_json::from_str(t.as_str()).unwrap();
+        }
+    }
+}
+
+fn spawn_call(link: &Arc<BackendLink>) -> tokio::task::JoinHandle<(Result<Value, ErrorKind>, Instant)> {
+    let link = Arc::clone(link);
+    tokio::spawn(async move {
+        let out = link.call(call("s"), Duration::from_secs(12)).await;
+        (out.map(|r| serde_json::to_value(r.result).unwrap()).map_err(|e| e.kind), Instant::now())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn five_calls_in_flight_fail_at_once_when_the_edge_end_goes_away() {
+    let (link, mut edge) = scripted_edge().await;
+    let calls: Vec<_> = (0..5).map(|_| spawn_call(&link)).collect();
+    for _ in 0..5 {
+        assert_eq!(next_request(&mut edge).await["method"], json!("tools/call"));
+    }
+    let dropped_at = Instant::now();
+    drop(edge);
+    for c in calls {
+        let (out, at) = c.await.unwrap();
+        assert_eq!(out, Err(ErrorKind::ChannelClosed));
+        assert_eq!(at, dropped_at, "failed after {:?}, not at once", at - dropped_at);
+    }
+    // New calls are refused at once, without a frame or a wait.
+    let started = Instant::now();
+    let err = link.call(call("s"), Duration::from_secs(12)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ChannelClosed);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert!(link.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_id_is_spelled_differently_reaches_its_caller_at_once() {
+    let (link, mut edge) = scripted_edge().await;
+    for spelled in [|id: u64| json!(id.to_string()), |id: u64| json!(id as f64)] {
+        let started = Instant::now();
+        let caller = spawn_call(&link);
+        let request = next_request(&mut edge).await;
+        let id = request["id"].as_u64().unwrap();
+        let result = json!({"result": {"content": [], "structuredContent": {"n": id}}, "seq": 1});
+        let answer = json!({"jsonrpc": "2.0", "id": spelled(id), "result": result});
+        edge.send(Message::text(answer.to_string())).await.unwrap();
+        let (out, at) = caller.await.unwrap();
+        assert_eq!(out.unwrap()["structuredContent"]["n"], json!(id));
+        assert_eq!(at, started, "delivered by value, not waited out");
+    }
+    assert_eq!(link.counters().get("response_ids_coerced"), 2);
+    assert_eq!(link.counters().get("late_responses"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_past_the_links_own_queue_is_refused_as_counted_overloaded() {
+    let (link, edge) = scripted_edge().await;
+    // 1,100 calls enqueued from one task before the writer runs: the queue holds 1,024.
+    let (outcomes, logs) = capture_logs(futures::future::join_all((0..1_100).map(|_| async {
+        tokio::time::timeout(Duration::ZERO, link.call(call("s"), Duration::from_secs(12))).await
+    })))
+    .await;
+    let refused: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+    assert_eq!(refused.len(), 76, "only refusals finish in zero time");
+    assert!(refused.iter().all(|r| r.as_ref().is_err_and(|e| e.kind == ErrorKind::Overloaded)));
+    assert_eq!(link.counters().get("requests_refused"), 76);
+    assert!(logs.contains("outbound queue is full"), "{logs}");
+    drop(edge);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_devices_json_rpc_error_reaches_the_backend_as_client_error_with_its_code() {
+    let edge = DuplexEdge::new();
+    let spec = DeviceSpec::minimal(vec![tool("a")])
+        .with("a", Behavior::Reject { code: -32042, message: "scanner is unplugged".into() });
+    let (_dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let err = link.call(call(&session), Duration::from_secs(12)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ClientError);
+    assert_eq!(err.detail("device_code"), Some(&json!(-32042)));
+    assert!(err.message.contains("scanner is unplugged"), "{}", err.message);
+    assert!(tether_core::for_model(&err).contains("tool"), "{}", tether_core::for_model(&err));
+}
