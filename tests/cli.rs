@@ -174,3 +174,104 @@ fn a_degraded_config_boots_counts_and_says_where() {
     assert!(!fatal.status.success(), "a bad listen address cannot degrade");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[test]
+fn a_malformed_origin_allowlist_is_fatal_at_start_up() {
+    let data = data_dir("origins");
+    std::fs::create_dir_all(&data).unwrap();
+    let file = data.join("tether.toml");
+    // A string, not a list: guessing would mean allowing any origin.
+    std::fs::write(&file, "allowed_origins = \"https://app.example.com\"\n").unwrap();
+    let out = tether(&data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the edge must not start");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("tether.toml:1") && said.contains("allowed_origins"), "{said}");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// A served edge, a device whose tool never answers, and one call in flight
+/// to it; returns the edge process, its address and the pending call.
+struct CallInFlight {
+    edge: Proc,
+    addr: String,
+    call: tokio::task::JoinHandle<Result<tether_contract::backend::CallResponse, tether_contract::WireError>>,
+    _device: tether_harness::SimHandle,
+    _link: std::sync::Arc<tether_core::BackendLink>,
+}
+
+async fn call_in_flight(data: &Path) -> CallInFlight {
+    use tether_contract::backend::{CallMeta, CallParams};
+    use tether_harness::{device::tool, Behavior, DeviceSpec, SimDevice};
+    let (listening, edge) = spawn_until_line(data, &["serve", "--listen", "127.0.0.1:0"]);
+    let url = listening.strip_prefix("listening on ").unwrap().to_owned();
+    let (keys, _) = tether_edge::auth::Keys::load(None, data).unwrap();
+    let hour = Duration::from_secs(3600);
+    let user = keys.issue("mira", "tether-client", hour).unwrap();
+    let spec = DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent);
+    let mut device = SimDevice::connect(&url, &user, spec).await.unwrap();
+    let session = device.ready().await.unwrap();
+    let backend = keys.issue("agent", "tether-backend", hour).unwrap();
+    let link = std::sync::Arc::new(tether_core::BackendLink::connect(&url, &backend).await.unwrap());
+    let meta = CallMeta { credential: Some(user), ..CallMeta::default() };
+    let params = CallParams { session, name: "client__wait".into(), arguments: serde_json::json!({}), meta };
+    let call = {
+        let link = link.clone();
+        tokio::spawn(async move { link.call(params, Duration::from_secs(12)).await })
+    };
+    while device.observed.calls().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let addr = url.trim_start_matches("ws://").to_owned();
+    CallInFlight { edge, addr, call, _device: device, _link: link }
+}
+
+fn signal(p: &Proc, name: &str) {
+    let status = Command::new("kill").args([&format!("-{name}"), &p.0.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn sigint_stops_at_once_and_fails_the_call_in_flight() {
+    let data = data_dir("sigint");
+    runtime().block_on(async {
+        let mut f = call_in_flight(&data).await;
+        signal(&f.edge, "INT");
+        let err = f.call.await.unwrap().unwrap_err();
+        assert_eq!(err.kind, tether_contract::ErrorKind::ChannelClosed, "{err:?}");
+        assert_eq!(err.detail("reason"), Some(&serde_json::json!("shutdown")), "not drained: stopped");
+        let status = f.edge.0.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    });
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn a_second_sigterm_stops_a_drain_at_once() {
+    let data = data_dir("sigterm2");
+    runtime().block_on(async {
+        let mut f = call_in_flight(&data).await;
+        signal(&f.edge, "TERM");
+        // Draining: the call is held (its 7 s leg, the 12 s drain timeout), readiness is gone.
+        while !http_get(&f.addr, "/readyz").contains(" 503 ") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!f.call.is_finished(), "a drain lets the call in flight run");
+        signal(&f.edge, "TERM");
+        let err = f.call.await.unwrap().unwrap_err();
+        assert_eq!(err.kind, tether_contract::ErrorKind::ChannelClosed, "{err:?}");
+        assert_eq!(err.detail("reason"), Some(&serde_json::json!("shutdown")));
+        let status = f.edge.0.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    });
+    let _ = std::fs::remove_dir_all(&data);
+}

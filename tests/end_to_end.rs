@@ -295,6 +295,7 @@ async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     assert!(started.elapsed() < Duration::from_secs(5), "the caller must not wait out the leg");
     stopper.await.unwrap();
     dev.closed().await;
+    assert_eq!(dev.observed.close_code(), Some(1001), "the device was told the edge is going away");
     let mut edge = edge;
     edge.task.take().unwrap().await.unwrap();
 }

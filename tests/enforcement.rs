@@ -37,6 +37,15 @@ async fn counting_listener() -> (String, Arc<AtomicUsize>) {
     (url, hits)
 }
 
+/// Accepts are counted asynchronously and in order: once a sentinel
+/// connection of our own is counted, any earlier one would have been too.
+async fn assert_never_contacted(url: &str, hits: &AtomicUsize) {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/schema.json").to_owned();
+    let _sentinel = tokio::net::TcpStream::connect(addr).await.unwrap();
+    common::wait_until(|| hits.load(Ordering::SeqCst) >= 1).await;
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "no schema reference was ever fetched");
+}
+
 #[tokio::test]
 async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
     let edge = LiveEdge::start().await;
@@ -129,5 +138,58 @@ async fn hostile_schemas_are_refused_at_the_edge_and_at_core_and_nothing_is_fetc
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(listed, ["client__fine"], "core refused what the edge let through");
     assert_eq!(link.counters().get("schemas_refused"), 2);
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "no schema reference was ever fetched");
+    assert_never_contacted(&url, &hits).await;
+}
+
+/// A server-side source with whatever schemas the test gives it.
+#[derive(Debug)]
+struct Declares(Vec<ToolDeclaration>);
+
+impl tether_core::ToolSource for Declares {
+    fn id(&self) -> &str {
+        "declares"
+    }
+    fn posture(&self) -> tether_core::AuthPosture {
+        tether_core::AuthPosture::VerifiesCredential
+    }
+    fn latency(&self) -> tether_core::LatencyClass {
+        tether_core::LatencyClass::Interactive
+    }
+    fn tools(&self) -> Vec<ToolDeclaration> {
+        self.0.clone()
+    }
+    fn call<'a>(
+        &'a self,
+        _: &'a str,
+        _: Value,
+        _: tether_core::CallContext<'a>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<tether_contract::mcp::CallToolResult, tether_contract::WireError>,
+    > {
+        Box::pin(async { Ok(tether_contract::mcp::CallToolResult::default()) })
+    }
+}
+
+/// Core alone, with no edge in front of it: schemas that point at a listener
+/// (a remote `$ref`, a remote `$schema`, in input and output schemas) are
+/// refused at registration, and the listener is never contacted.
+#[tokio::test]
+async fn core_never_fetches_a_schema_a_server_side_source_points_at() {
+    let (url, hits) = counting_listener().await;
+    let object_with_remote_ref = json!({"type": "object", "properties": {"a": {"$ref": url}}});
+    let cases = [
+        with_schemas("input_ref", object_with_remote_ref.clone(), None),
+        with_schemas("input_meta", json!({"$schema": url, "type": "object"}), None),
+        with_schemas("input_root_ref", json!({"$ref": url}), None),
+        with_schemas("output_ref", json!({"type": "object"}), Some(object_with_remote_ref)),
+        with_schemas("output_meta", json!({"type": "object"}), Some(json!({"$schema": url}))),
+    ];
+    for declaration in cases {
+        let name = declaration.name.clone();
+        let mut registry = tether_core::Registry::new();
+        let refused = registry.register(Arc::new(Declares(vec![declaration])));
+        assert!(matches!(refused, Err(tether_core::RegistryError::Schema { .. })), "{name}: {refused:?}");
+    }
+    assert_never_contacted(&url, &hits).await;
 }

@@ -50,8 +50,36 @@ async fn scripted(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>, too
     let list = next_json(ws).await;
     send(ws, json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":tools,"_meta":{"tether.dev/seq":1}}}))
         .await;
-    wait_until(|| edge.hub.session(&session).is_some()).await;
+    // Ready: the edge reports the manifest applied only once the session is listed.
+    loop {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["method"] == json!("notifications/tether.dev/manifest_applied") {
+                break;
+            }
+        }
+    }
+    assert!(edge.hub.session(&session).is_some(), "listed before the device is told");
     session
+}
+
+/// The frames a server wrote, parsed from raw bytes: (opcode, payload).
+/// Server frames are never masked.
+fn server_frames(mut raw: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while raw.len() >= 2 {
+        let opcode = raw[0] & 0x0f;
+        let (len, header) = match raw[1] & 0x7f {
+            126 => (u16::from_be_bytes([raw[2], raw[3]]) as usize, 4),
+            127 => (u64::from_be_bytes(raw[2..10].try_into().unwrap()) as usize, 10),
+            n => (n as usize, 2),
+        };
+        assert!(raw[1] & 0x80 == 0, "a server frame is never masked: the raw stream is misaligned");
+        frames.push((opcode, raw[header..header + len].to_vec()));
+        raw = &raw[header + len..];
+    }
+    assert!(raw.is_empty(), "trailing bytes after the last frame");
+    frames
 }
 
 fn counter(edge: &DuplexEdge, name: &str) -> u64 {
@@ -245,19 +273,27 @@ async fn a_matching_client_profile_applies_its_caps() {
 
 #[tokio::test]
 async fn refused_upgrades_and_slow_handshakes_are_counted() {
-    let mut config = test_config();
-    config.handshake_timeout = Duration::from_millis(200);
-    let edge = LiveEdge::start_with(config).await;
+    let edge = LiveEdge::start().await;
     // A plain request for a page that does not exist.
     let addr = edge.url.trim_start_matches("ws://").to_owned();
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(b"GET /index.html HTTP/1.1\r\n\r\n").await.unwrap();
     wait_until(|| edge.hub.counters().get("upgrade_refused") == 1).await;
-    // A peer that connects and says nothing (slowloris) is cut at the deadline,
-    // while a real client still connects meanwhile.
+    // A peer that connects and says nothing (slowloris) does not hold the door:
+    // a real device connects and is served while it waits.
     let _silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let (_dev, _session) = edge.device(DeviceSpec::minimal(vec![tool("a")])).await;
-    wait_until(|| edge.hub.counters().get("handshake_timeouts") == 1).await;
+    assert_eq!(
+        edge.hub.counters().get("handshake_timeouts"),
+        0,
+        "the silent peer is still within its deadline"
+    );
+    // And it is cut at its deadline: an edge with a short one, and nobody else it could bind.
+    let mut config = test_config();
+    config.handshake_timeout = Duration::from_millis(200);
+    let short = LiveEdge::start_with(config).await;
+    let _silent = tokio::net::TcpStream::connect(short.url.trim_start_matches("ws://")).await.unwrap();
+    wait_until(|| short.hub.counters().get("handshake_timeouts") == 1).await;
 }
 
 /// Whether `arg` says "moved": a positive integer literal, `Some(n.0)`, or a
@@ -280,7 +316,7 @@ fn exposes_positive(text: &str) -> bool {
 
 /// Whether one assertion (or wait) about the counter says that it moved:
 /// `assert_eq!(…"name"…, 1)`, `assert!(…"name"… >= n)`, `assert_ne!(…, 0)`,
-/// `wait_until(|| …"name"… == 1)`, or `wait_until_virtual(…, "name", …)`.
+/// or `wait_until(|| …"name"… == 1)`.
 fn asserts_moved(callee: &str, list: &str, mentions: &dyn Fn(&str) -> bool) -> bool {
     if !mentions(list) {
         return false;
@@ -303,7 +339,6 @@ fn asserts_moved(callee: &str, list: &str, mentions: &dyn Fn(&str) -> bool) -> b
         "assert_ne!" => parts.len() >= 2 && parts[..2].iter().any(|p| p.trim() == "0"),
         "assert!" => parts.first().is_some_and(|p| mentions(p) && (comparison(p) || exposes_positive(p))),
         "wait_until" => comparison(list),
-        "wait_until_virtual" => true,
         _ => false,
     }
 }
@@ -314,7 +349,7 @@ fn tests_asserting_moved<'a>(tests: &'a [common::source::TestFn], prefix: &str, 
     let quoted = format!("\"{name}\"");
     let series = format!("{prefix}{name}_total");
     let mentions = move |text: &str| text.contains(&quoted) || text.contains(&series);
-    let callees = ["assert_eq!", "assert_ne!", "assert!", "wait_until", "wait_until_virtual"];
+    let callees = ["assert_eq!", "assert_ne!", "assert!", "wait_until"];
     tests
         .iter()
         .filter(|t| {
@@ -356,7 +391,6 @@ fn the_counter_check_accepts_movement_and_refuses_spelling() {
         r#"{ assert_eq!(c.get("x"), bad.len() as u64 + 2); }"#,
         r#"{ assert!(counter(&edge, "x") >= 1); }"#,
         r#"{ wait_until(|| counter(&edge, "x") == 1).await; }"#,
-        r#"{ wait_until_virtual(&edge, "x", Duration::from_secs(1)).await; }"#,
         r#"{ assert_eq!(sample(&text, "tether_x_total "), Some(1.0)); }"#,
         r#"{ assert!(text.contains("tether_x_total 1"), "{text}"); }"#,
     ];
@@ -507,17 +541,27 @@ async fn close_code_of(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_half_open_device_is_pinged_then_closed_at_the_idle_deadline() {
+async fn a_half_open_device_is_pinged_then_closed_with_1001_exactly_at_the_idle_deadline() {
+    use tokio::io::AsyncReadExt;
     let edge = DuplexEdge::new();
     let mut ws = edge.raw_device().await;
     let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
-    // The device goes quiet and stops reading: no pongs come back.
-    let started = tokio::time::Instant::now();
-    wait_until_virtual(&edge, "idle_closes", Duration::from_secs(120)).await;
-    let waited = started.elapsed();
-    assert!(waited >= Duration::from_secs(75) && waited < Duration::from_secs(120), "{waited:?}");
-    // The edge sent 1001; a device this dead may fail writing its queued pongs before it reads it.
-    assert!(matches!(close_code_of(&mut ws).await, Some(1001) | None));
+    // The device goes quiet and reads nothing back: no pongs. Its raw bytes
+    // are read past the WebSocket layer, which would answer the pings.
+    let quiet_since = tokio::time::Instant::now();
+    let mut raw = Vec::new();
+    ws.get_mut().read_to_end(&mut raw).await.unwrap();
+    assert_eq!(
+        quiet_since.elapsed(),
+        Duration::from_secs(75),
+        "closed on the deadline, not at a later check"
+    );
+    let frames = server_frames(&raw);
+    let opcodes: Vec<u8> = frames.iter().map(|(op, _)| *op).collect();
+    assert_eq!(opcodes, vec![0x9, 0x9, 0x8], "pinged at 30 s and 60 s, then closed");
+    let close = &frames[2].1;
+    assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1001);
+    assert_eq!(counter(&edge, "idle_closes"), 1);
     assert!(edge.hub.session(&session).is_none());
 }
 
@@ -531,22 +575,15 @@ async fn a_device_that_answers_pings_stays_connected() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_credential_that_expires_mid_session_closes_it_at_the_next_check() {
+async fn a_credential_that_expires_mid_session_closes_it_at_its_expiry_with_1008() {
     let edge = DuplexEdge::new();
+    let connected = tokio::time::Instant::now();
     let mut ws = edge.raw_device_full(1 << 18, Some(Duration::from_secs(10))).await;
     let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
     assert_eq!(close_code_of(&mut ws).await, Some(1008));
+    assert_eq!(connected.elapsed(), Duration::from_secs(10));
     assert_eq!(counter(&edge, "credentials_expired"), 1);
     assert!(edge.hub.session(&session).is_none());
-}
-
-/// Advances paused time in steps until `name` moves, for at most `limit`.
-async fn wait_until_virtual(edge: &DuplexEdge, name: &str, limit: Duration) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while counter(edge, name) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "{name} did not move within {limit:?}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

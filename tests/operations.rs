@@ -6,11 +6,16 @@ mod common;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use common::{wait_until, LiveEdge};
 use tether_contract::backend::{CallMeta, CallParams};
@@ -68,13 +73,38 @@ async fn health_readiness_and_metrics_share_the_websocket_port() {
     assert!(text.trim_end().ends_with("# EOF"));
 }
 
+/// A backend socket opened by hand, to read the close frame the edge sends it.
+async fn raw_backend(edge: &LiveEdge) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("{}/v1/backend", edge.url).into_client_request().unwrap();
+    let token = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => Err(r.status().as_u16()),
+        Err(e) => panic!("backend upgrade: {e}"),
+    }
+}
+
+async fn close_code(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> Option<CloseCode> {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(f))) => return f.map(|f| f.code),
+            Some(Ok(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_drain_loses_no_call_in_flight() {
     let edge = LiveEdge::start().await;
-    let spec = DeviceSpec::minimal(vec![tool("slow"), tool("fast")])
-        .with("slow", Behavior::Answer { latency: Duration::from_millis(300) });
+    let gate = Arc::new(Semaphore::new(0));
+    let spec =
+        DeviceSpec::minimal(vec![tool("slow"), tool("fast")]).with("slow", Behavior::Gated(gate.clone()));
     let (dev, session) = edge.device(spec).await;
-    let link = std::sync::Arc::new(edge.backend().await);
+    let link = Arc::new(edge.backend().await);
+    let mut watcher = raw_backend(&edge).await.unwrap();
 
     let in_flight = {
         let link = link.clone();
@@ -86,30 +116,61 @@ async fn a_drain_loses_no_call_in_flight() {
         })
     };
     wait_until(|| edge.hub.calls_in_flight() == 1).await;
-    let drain = {
-        // The edge under test was started by LiveEdge; drain it through its hub's edge token.
-        edge.drain.clone()
-    };
-    drain.cancel();
+    edge.drain.cancel();
     wait_until(|| edge.hub.is_draining()).await;
     assert_eq!(http_get(&edge.url, "/readyz").await.0, 503, "not ready while draining");
 
-    // New work is refused with a sentence; new sessions too.
+    // New work is refused with a sentence; new sessions and backends too.
     let mut turn =
         Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let refused = turn.call("client__fast", json!({})).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Overloaded);
-    let req = edge.device_request();
-    match tokio_tungstenite::connect_async(req).await {
+    match tokio_tungstenite::connect_async(edge.device_request()).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
-        other => panic!("upgrade during drain: {:?}", other.map(|_| ())),
+        other => panic!("device upgrade during drain: {:?}", other.map(|_| ())),
     }
+    assert_eq!(raw_backend(&edge).await.err(), Some(503), "backend upgrade during drain");
 
-    // The call in flight finishes with its real result.
+    // The call in flight is still held, for as long as the device takes: then it finishes with its real result.
+    assert_eq!(edge.hub.calls_in_flight(), 1);
+    gate.add_permits(1);
     let result = in_flight.await.unwrap().unwrap();
     assert_eq!(result.structured_content.unwrap()["tool"], "slow");
     assert_eq!(dev.observed.calls().iter().filter(|c| c.name == "slow").count(), 1);
     assert_eq!(edge.hub.counters().get("calls_refused_draining"), 1);
+    // With nothing in flight the drain ends: devices 1012, backends 1001.
+    assert_eq!(close_code(&mut watcher).await, Some(CloseCode::Away));
+    let mut dev = dev;
+    dev.closed().await;
+    assert_eq!(dev.observed.close_code(), Some(1012));
+}
+
+#[tokio::test]
+async fn a_call_that_outlives_the_drain_timeout_fails_channel_closed_at_the_timeout() {
+    let mut config = common::test_config();
+    config.drain_timeout = Duration::from_millis(300);
+    let edge = LiveEdge::start_with(config).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let spec = DeviceSpec::minimal(vec![tool("stuck")]).with("stuck", Behavior::Gated(gate));
+    let (_dev, session) = edge.device(spec).await;
+    let link = Arc::new(edge.backend().await);
+    let in_flight = {
+        let link = link.clone();
+        tokio::spawn(async move {
+            let mut turn =
+                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+            let started = tokio::time::Instant::now();
+            (turn.call("client__stuck", json!({})).await, started.elapsed())
+        })
+    };
+    wait_until(|| edge.hub.calls_in_flight() == 1).await;
+    edge.drain.cancel();
+    let (outcome, took) = in_flight.await.unwrap();
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ChannelClosed, "{err:?}");
+    assert_eq!(err.detail("reason"), Some(&json!("drain")));
+    assert!(took >= Duration::from_millis(300), "held until the drain timeout: {took:?}");
+    assert!(took < Duration::from_secs(7), "ended by the drain, not by the 7 s leg: {took:?}");
 }
 
 #[tokio::test]

@@ -205,15 +205,23 @@ impl Drop for DuplexEdge {
     }
 }
 
-/// Polls `cond` (yielding between tries) for a bounded number of rounds.
+/// How long [`wait_until`] waits before calling a condition unreachable: a
+/// bound against hangs, not a timing claim (tests that claim "at once" measure
+/// elapsed time themselves), so it is generous for a loaded machine.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Polls `cond` every millisecond until it holds; panics after [`WAIT_LIMIT`]
+/// on the wall clock, or on the runtime's clock when time is paused.
+#[allow(clippy::disallowed_types)] // the wall clock bounds a paused-time test too
 pub async fn wait_until(mut cond: impl FnMut() -> bool) {
-    for _ in 0..2_000 {
-        if cond() {
-            return;
-        }
+    let (wall, virtual_start) = (std::time::Instant::now(), tokio::time::Instant::now());
+    while !cond() {
+        assert!(
+            wall.elapsed() < WAIT_LIMIT && virtual_start.elapsed() < WAIT_LIMIT,
+            "condition not reached within {WAIT_LIMIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    panic!("condition not reached");
 }
 
 thread_local! {
@@ -237,19 +245,28 @@ impl Write for ThreadWriter {
     }
 }
 
-/// Runs `f` with tracing captured into a string (current-thread runtimes only).
+fn capturing() -> bool {
+    CAPTURE.with(|c| c.borrow().is_some())
+}
+
+/// Runs `f` with tracing captured into a string, every level from TRACE up
+/// (current-thread runtimes only).
 ///
 /// One global subscriber routes each thread's events to that thread's buffer:
 /// per-thread subscribers (`set_default`) race on tracing's cached callsite
-/// interest when tests run in parallel, and drop lines.
+/// interest when tests run in parallel, and drop lines. Its filter is
+/// dynamic (never cached per callsite), so threads that capture nothing pay
+/// one thread-local read per event.
 pub async fn capture_logs<F: Future>(f: F) -> (F::Output, String) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
+        let layer = tracing_subscriber::fmt::layer()
             .with_writer(|| ThreadWriter)
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
+            .with_filter(tracing_subscriber::filter::dynamic_filter_fn(|_, _| capturing()));
+        let subscriber = tracing_subscriber::registry().with(layer);
         let _ = tracing::subscriber::set_global_default(subscriber);
     });
     let buf = Arc::new(Mutex::new(Vec::new()));
