@@ -1,62 +1,135 @@
 //! Architecture invariants, checked mechanically (ARCHITECTURE.md).
 //!
-//! - edge and core never depend on each other; contract depends on neither
-//!   and does no I/O;
+//! - edge and core never depend on each other, directly or through anything
+//!   (cargo's resolved graph); contract depends on neither, reaches no I/O
+//!   crate and names no I/O in its source;
 //! - nothing in core or contract names a client or its domain.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The `[dependencies]`, `[dev-dependencies]` and `[build-dependencies]` names of a crate.
-fn deps(krate: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml")).unwrap();
-    let mut out = Vec::new();
-    let mut in_deps = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_deps = line.ends_with("dependencies]");
-            continue;
-        }
-        if in_deps {
-            if let Some((name, _)) = line.split_once(['=', '.']) {
-                if !name.trim().is_empty() && !name.starts_with('#') {
-                    out.push(name.trim().to_owned());
-                }
+/// The resolved dependency graph from `cargo metadata`: package names and
+/// edges with their kinds, as cargo itself resolved them.
+struct Graph {
+    names: HashMap<String, String>,
+    /// id → (dependency id, whether any of its kinds is a normal or build edge).
+    edges: HashMap<String, Vec<(String, bool)>>,
+}
+
+impl Graph {
+    /// Loaded once per test binary (concurrent `cargo metadata` runs queue on cargo's lock).
+    fn get() -> &'static Graph {
+        static GRAPH: std::sync::OnceLock<Graph> = std::sync::OnceLock::new();
+        GRAPH.get_or_init(Graph::load)
+    }
+
+    fn load() -> Graph {
+        // This machine's platform only: what the build resolved, with nothing to download.
+        let rustc = Command::new("rustc").arg("-vV").output().unwrap();
+        let host = String::from_utf8_lossy(&rustc.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .unwrap();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", &host])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+        let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let names = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["id"].as_str().unwrap().to_owned(), p["name"].as_str().unwrap().to_owned()))
+            .collect();
+        let edges = meta["resolve"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|node| {
+                let deps = node["deps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| {
+                        let linked = d["dep_kinds"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|k| k["kind"].as_str() != Some("dev"));
+                        (d["pkg"].as_str().unwrap().to_owned(), linked)
+                    })
+                    .collect();
+                (node["id"].as_str().unwrap().to_owned(), deps)
+            })
+            .collect();
+        Graph { names, edges }
+    }
+
+    fn id(&self, name: &str) -> &str {
+        self.names.iter().find(|(_, n)| *n == name).map(|(id, _)| id.as_str()).unwrap()
+    }
+
+    /// Every package `name` reaches: its direct dependencies of any kind (dev
+    /// included: a test must not link the other side either), then their
+    /// normal and build dependencies, transitively.
+    fn reach(&self, name: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<String> = self.edges[self.id(name)].iter().map(|(d, _)| d.clone()).collect();
+        while let Some(id) = todo.pop() {
+            if seen.insert(self.names[&id].clone()) {
+                todo.extend(self.edges[&id].iter().filter(|(_, linked)| *linked).map(|(d, _)| d.clone()));
             }
         }
+        seen
     }
-    out
 }
 
 #[test]
 fn edge_and_core_never_depend_on_each_other() {
-    let edge = deps("edge");
-    let core = deps("core");
-    assert!(edge.contains(&"tether-contract".to_owned()), "parser sanity: {edge:?}");
-    assert!(!edge.iter().any(|d| d == "tether-core"), "edge depends on core: {edge:?}");
-    assert!(!core.iter().any(|d| d == "tether-edge"), "core depends on edge: {core:?}");
-    let harness = deps("harness");
+    let graph = Graph::get();
+    let edge = graph.reach("tether-edge");
+    let core = graph.reach("tether-core");
+    assert!(edge.contains("tether-contract") && edge.contains("tokio"), "graph sanity: {edge:?}");
+    assert!(!edge.contains("tether-core"), "edge reaches core");
+    assert!(!core.contains("tether-edge"), "core reaches edge");
     assert!(
-        !harness.iter().any(|d| d == "tether-edge"),
+        !graph.reach("tether-harness").contains("tether-edge"),
         "the harness must reach the edge only over the wire"
     );
-    let example = deps("example-orders");
-    assert!(example.contains(&"tether-core".to_owned()), "parser sanity: {example:?}");
-    assert!(!example.iter().any(|d| d == "tether-edge"), "a server-side source links core, never the edge");
+    let example = graph.reach("tether-example-orders");
+    assert!(example.contains("tether-core"), "graph sanity: {example:?}");
+    assert!(!example.contains("tether-edge"), "a server-side source links core, never the edge");
     assert!(!core.iter().any(|d| d.starts_with("tether-example")), "core must not know its example sources");
 }
 
 #[test]
 fn contract_is_types_and_rules_only() {
-    let contract = deps("contract");
-    for forbidden in ["tether-edge", "tether-core", "tokio", "tokio-tungstenite", "futures", "dashmap"] {
-        assert!(!contract.iter().any(|d| d == forbidden), "contract depends on {forbidden}");
+    let contract = Graph::get().reach("tether-contract");
+    assert!(contract.contains("serde_json"), "graph sanity: {contract:?}");
+    let io =
+        ["tether-edge", "tether-core", "tokio", "mio", "socket2", "tungstenite", "futures-util", "hyper"];
+    for forbidden in io {
+        assert!(!contract.contains(forbidden), "contract reaches {forbidden}");
+    }
+    // And its own source names no I/O.
+    let mut files = Vec::new();
+    sources(&root().join("crates/contract/src"), &mut files);
+    for (path, text) in &files {
+        for word in ["std::fs", "std::net", "std::io", "std::process", "std::thread", "std::env", "tokio"] {
+            assert!(!text.contains(word), "{path} uses {word}");
+        }
     }
 }
 
