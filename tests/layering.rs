@@ -177,3 +177,21 @@ fn core_and_contract_name_no_client_domain() {
         }
     }
 }
+
+#[test]
+fn logic_reads_only_the_runtimes_clock() {
+    // clippy (run by .ci/run) refuses the type; this pins that the ban is configured
+    // and that no crate's source reaches for the wall clock under another path.
+    let clippy = std::fs::read_to_string(root().join("clippy.toml")).unwrap();
+    assert!(clippy.contains("path = \"std::time::Instant\""), "clippy.toml must ban std::time::Instant");
+    let mut files = Vec::new();
+    for krate in ["contract", "edge", "core", "harness", "example-orders"] {
+        sources(&root().join("crates").join(krate).join("src"), &mut files);
+    }
+    sources(&root().join("src"), &mut files);
+    assert!(files.len() >= 20, "scanned too few files: {}", files.len());
+    for (path, text) in &files {
+        let wall = text.matches("time::instant").count() - text.matches("tokio::time::instant").count();
+        assert_eq!(wall, 0, "{path} reads the wall clock");
+    }
+}
