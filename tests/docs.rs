@@ -61,7 +61,7 @@ fn every_test_a_document_cites_is_a_test_that_exists() {
 }
 
 /// The bullets of one `## heading` section (a bullet runs until the next one).
-fn bullets<'a>(text: &'a str, heading: &str) -> Vec<String> {
+fn bullets(text: &str, heading: &str) -> Vec<String> {
     let start = text.find(heading).unwrap_or_else(|| panic!("no section {heading}"));
     let body = &text[start + heading.len()..];
     let body = &body[..body.find("\n## ").unwrap_or(body.len())];
