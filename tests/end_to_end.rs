@@ -282,6 +282,12 @@ async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     let link = edge.backend().await;
     let mut turn =
         Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut backend_socket = {
+        let mut req = format!("{}/v1/backend", edge.url).into_client_request().unwrap();
+        let token = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+        req.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+        tokio_tungstenite::connect_async(req).await.unwrap().0
+    };
     let hub = edge.hub.clone();
     let shutdown = edge.shutdown.clone();
     let stopper = tokio::spawn(async move {
@@ -296,6 +302,7 @@ async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     stopper.await.unwrap();
     dev.closed().await;
     assert_eq!(dev.observed.close_code(), Some(1001), "the device was told the edge is going away");
+    assert_eq!(close_code(&mut backend_socket).await, Some(CloseCode::Away), "and so was the backend");
     let mut edge = edge;
     edge.task.take().unwrap().await.unwrap();
 }
