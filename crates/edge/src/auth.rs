@@ -1,13 +1,16 @@
-//! Credentials at upgrade: HS256 JWTs, and the secret they are signed with.
+//! Credentials: the edge's own HS256 JWTs and the secret they are signed
+//! with, and the [`Verifier`] that also accepts the identity provider's tokens.
 //!
-//! Exactly one algorithm is accepted (HS256); `exp`, `nbf`, `aud` and `sub`
-//! are required; the audience says which link the token opens. The secret
-//! comes from `TETHER_JWT_SECRET`, else configuration, else a random secret
-//! generated once into a 0600 file in the data directory, so `tether token`
-//! and `tether serve` on one machine agree without any setup.
+//! The edge's own tokens use exactly one algorithm (HS256); `exp`, `nbf`,
+//! `aud` and `sub` are required; the audience says which link the token opens.
+//! The secret comes from `TETHER_JWT_SECRET`, else configuration, else a
+//! random secret generated once into a 0600 file in the data directory, so
+//! `tether token` and `tether serve` on one machine agree without any setup.
+//! Identity-provider tokens (asymmetric, with a `kid`) go to [`crate::idp`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
@@ -91,6 +94,19 @@ pub enum AuthError {
     /// A required claim is absent.
     #[error("credential lacks a required claim")]
     MissingClaim,
+    /// `alg: none`: an unsigned token.
+    #[error("credential is unsigned (alg none)")]
+    AlgNone,
+    /// Signed under a key id the identity provider does not publish (or none).
+    #[error("credential names an unknown signing key")]
+    UnknownKey,
+    /// An HMAC token naming one of the provider's public keys: the classic
+    /// confusion of a public key used as an HMAC secret.
+    #[error("credential signs with HMAC under a public key's id")]
+    KeyConfusion,
+    /// `iss` is not the configured identity provider.
+    #[error("credential is from another issuer")]
+    WrongIssuer,
 }
 
 impl AuthError {
@@ -105,8 +121,40 @@ impl AuthError {
             AuthError::NotYetValid => "not_yet_valid",
             AuthError::WrongAudience => "wrong_audience",
             AuthError::MissingClaim => "missing_claim",
+            AuthError::AlgNone => "alg_none",
+            AuthError::UnknownKey => "unknown_kid",
+            AuthError::KeyConfusion => "hs256_with_public_key",
+            AuthError::WrongIssuer => "wrong_issuer",
         }
     }
+
+    /// Classifies a verification failure from `jsonwebtoken`.
+    pub(crate) fn from_jwt(e: &jsonwebtoken::errors::Error) -> AuthError {
+        match e.kind() {
+            JwtErrorKind::InvalidSignature => AuthError::BadSignature,
+            JwtErrorKind::InvalidAlgorithm | JwtErrorKind::InvalidAlgorithmName => AuthError::WrongAlgorithm,
+            JwtErrorKind::ExpiredSignature => AuthError::Expired,
+            JwtErrorKind::ImmatureSignature => AuthError::NotYetValid,
+            JwtErrorKind::InvalidAudience => AuthError::WrongAudience,
+            JwtErrorKind::InvalidIssuer => AuthError::WrongIssuer,
+            JwtErrorKind::MissingRequiredClaim(_) => AuthError::MissingClaim,
+            _ => AuthError::Malformed,
+        }
+    }
+}
+
+/// Whether a token's header says `alg: none` (which `jsonwebtoken` cannot
+/// even represent, so its own decoding calls it malformed). Classification
+/// only: such a token is refused either way.
+fn is_alg_none(token: &str) -> bool {
+    use base64::Engine;
+    let Some(header) = token.split('.').next() else { return false };
+    let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header.trim_end_matches('='))
+    else {
+        return false;
+    };
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .is_ok_and(|h| h.get("alg").and_then(|a| a.as_str()).is_some_and(|a| a.eq_ignore_ascii_case("none")))
 }
 
 /// Why the secret could not be loaded or created.
@@ -204,27 +252,92 @@ impl Keys {
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
     }
 
-    /// Verifies a token for audience `aud`.
+    /// Verifies one of the edge's own tokens for audience `aud`.
     pub fn verify(&self, token: &str, aud: &str) -> Result<Claims, AuthError> {
+        if is_alg_none(token) {
+            return Err(AuthError::AlgNone);
+        }
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "nbf", "aud", "sub"]);
         validation.validate_exp = true;
         validation.validate_nbf = true;
         validation.leeway = LEEWAY_SECS;
         validation.set_audience(&[aud]);
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map(|d| d.claims).map_err(|e| {
-            match e.kind() {
-                JwtErrorKind::InvalidSignature => AuthError::BadSignature,
-                JwtErrorKind::InvalidAlgorithm | JwtErrorKind::InvalidAlgorithmName => {
-                    AuthError::WrongAlgorithm
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
+            .map(|d| d.claims)
+            .map_err(|e| AuthError::from_jwt(&e))
+    }
+}
+
+/// Which link a credential opens (and so which audience it must name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// `/v1/client`, and a turn's user credential.
+    Client,
+    /// `/v1/backend`.
+    Backend,
+}
+
+impl Link {
+    /// The audience the edge's own tokens carry for this link.
+    pub const fn own_audience(self) -> &'static str {
+        match self {
+            Link::Client => tether_contract::AUD_CLIENT,
+            Link::Backend => tether_contract::AUD_BACKEND,
+        }
+    }
+}
+
+/// Verifies every credential the edge accepts: its own HS256 tokens always,
+/// and the identity provider's when one is configured.
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    own: Keys,
+    idp: Option<Arc<crate::idp::Idp>>,
+}
+
+impl From<Keys> for Verifier {
+    fn from(own: Keys) -> Verifier {
+        Verifier { own, idp: None }
+    }
+}
+
+impl Verifier {
+    /// A verifier for the edge's own keys and, optionally, an identity provider.
+    pub fn new(own: Keys, idp: Option<Arc<crate::idp::Idp>>) -> Verifier {
+        Verifier { own, idp }
+    }
+
+    /// The edge's own keys (what `tether token` signs with).
+    pub fn own(&self) -> &Keys {
+        &self.own
+    }
+
+    /// The identity provider's key set, when configured.
+    pub fn idp(&self) -> Option<&Arc<crate::idp::Idp>> {
+        self.idp.as_ref()
+    }
+
+    /// Verifies a token for `link`, dispatching on its header: HMAC to the
+    /// edge's own secret, anything asymmetric to the identity provider.
+    pub fn verify(&self, token: &str, link: Link) -> Result<Claims, AuthError> {
+        let header = match jsonwebtoken::decode_header(token) {
+            Ok(h) => h,
+            Err(_) if is_alg_none(token) => return Err(AuthError::AlgNone),
+            Err(_) => return Err(AuthError::Malformed),
+        };
+        match (header.alg, &self.idp) {
+            (Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512, idp) => {
+                let names_a_public_key =
+                    header.kid.as_deref().zip(idp.as_ref()).is_some_and(|(k, i)| i.knows(k));
+                if names_a_public_key {
+                    return Err(AuthError::KeyConfusion);
                 }
-                JwtErrorKind::ExpiredSignature => AuthError::Expired,
-                JwtErrorKind::ImmatureSignature => AuthError::NotYetValid,
-                JwtErrorKind::InvalidAudience => AuthError::WrongAudience,
-                JwtErrorKind::MissingRequiredClaim(_) => AuthError::MissingClaim,
-                _ => AuthError::Malformed,
+                self.own.verify(token, link.own_audience())
             }
-        })
+            (_, None) => Err(AuthError::WrongAlgorithm),
+            (alg, Some(idp)) => idp.verify(token, header.kid.as_deref(), alg, link),
+        }
     }
 }
 
@@ -295,8 +408,8 @@ mod tests {
 
         let cases: Vec<(&str, String, AuthError)> = vec![
             ("garbage", "not.a.jwt".into(), AuthError::Malformed),
-            // jsonwebtoken has no `none` algorithm at all, so the header itself does not decode.
-            ("alg none", alg_none, AuthError::Malformed),
+            // jsonwebtoken has no `none` algorithm at all; the edge names it before refusing it.
+            ("alg none", alg_none, AuthError::AlgNone),
             ("other algorithm", hs512, AuthError::WrongAlgorithm),
             (
                 "other key",

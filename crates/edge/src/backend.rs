@@ -62,7 +62,7 @@ fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(
             "tools/call needs the turn's user credential in _meta.credential".into(),
         );
     };
-    match hub.keys.verify(token, tether_contract::AUD_CLIENT) {
+    match hub.auth.verify(token, crate::auth::Link::Client) {
         Err(reason) => {
             refuse(ErrorKind::Unauthenticated, format!("the turn's user credential was refused: {reason}"))
         }

@@ -56,6 +56,8 @@ pub struct EdgeConfig {
     pub client_profiles: Vec<crate::settings::ClientProfile>,
     /// Profiles that failed to resolve; their devices fall back to the default caps.
     pub broken_profiles: Vec<crate::settings::BrokenProfile>,
+    /// The users' identity provider, whose tokens are accepted beside the edge's own.
+    pub identity: Option<crate::idp::IdpConfig>,
 }
 
 impl Default for EdgeConfig {
@@ -79,6 +81,7 @@ impl Default for EdgeConfig {
             allowed_origins: Vec::new(),
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),
+            identity: None,
         }
     }
 }

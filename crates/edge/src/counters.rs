@@ -75,6 +75,12 @@ counters! {
     late_answers,
     /// Responses for ids the edge never sent or already answered (logged, ignored).
     unknown_responses,
+    /// Identity-provider key sets loaded (at start, on the interval, or for an unknown key id).
+    jwks_refreshes,
+    /// Identity-provider key loads that failed; the last good keys stay in use.
+    jwks_refresh_failures,
+    /// Unknown-key-id refreshes skipped because one ran too recently or is running.
+    jwks_refreshes_rate_limited,
     /// Answers whose id named a call by value in another spelling (`"7"` for 7): delivered, logged.
     answer_ids_coerced,
     /// Results refused for exceeding the result cap.
@@ -243,6 +249,16 @@ pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
+}
+
+impl From<&EdgeCounters> for crate::idp::IdpCounters {
+    fn from(c: &EdgeCounters) -> Self {
+        crate::idp::IdpCounters {
+            refreshes: c.jwks_refreshes.clone(),
+            refresh_failures: c.jwks_refresh_failures.clone(),
+            refreshes_rate_limited: c.jwks_refreshes_rate_limited.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

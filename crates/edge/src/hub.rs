@@ -13,7 +13,7 @@ use tether_contract::backend::{method, ListChanged, SessionClosed};
 use tether_contract::jsonrpc;
 use tokio::sync::{broadcast, Notify};
 
-use crate::auth::Keys;
+use crate::auth::Verifier;
 use crate::config::EdgeConfig;
 use crate::counters::{EdgeCounters, EdgeMetrics};
 use crate::session::Session;
@@ -55,8 +55,8 @@ pub struct Hub {
     pub config: EdgeConfig,
     /// Every fallback and drop, counted, plus families and histograms.
     pub metrics: EdgeMetrics,
-    /// Verifies the user credentials that accompany backend calls.
-    pub keys: Keys,
+    /// Verifies every credential: upgrades, and the user credentials that accompany backend calls.
+    pub auth: Verifier,
     sessions: DashMap<String, Arc<Session>>,
     closed: Mutex<Tombstones>,
     draining: AtomicBool,
@@ -68,13 +68,18 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub with no sessions; `keys` verify user credentials on calls.
-    pub fn new(config: EdgeConfig, keys: Keys) -> Arc<Hub> {
+    /// A hub with no sessions; `auth` verifies credentials (the edge's own keys suffice).
+    pub fn new(config: EdgeConfig, auth: impl Into<Verifier>) -> Arc<Hub> {
+        Hub::with_metrics(config, auth.into(), EdgeMetrics::default())
+    }
+
+    /// A hub that reports to `metrics` (some of which an identity provider's key set already holds).
+    pub fn with_metrics(config: EdgeConfig, auth: Verifier, metrics: EdgeMetrics) -> Arc<Hub> {
         let (events, _) = broadcast::channel(config.backend_event_queue.max(1));
         Arc::new(Hub {
             config,
-            metrics: EdgeMetrics::default(),
-            keys,
+            metrics,
+            auth,
             sessions: DashMap::new(),
             closed: Mutex::default(),
             draining: AtomicBool::new(false),

@@ -27,6 +27,7 @@ pub mod config;
 pub mod counters;
 pub mod http;
 pub mod hub;
+pub mod idp;
 pub mod manifest;
 pub mod names;
 pub mod server;

@@ -17,12 +17,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use tether_contract::{AUD_BACKEND, AUD_CLIENT, BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
+use tether_contract::{BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
 
-use crate::auth::{AuthError, Keys, SecretError, SecretSource};
+use crate::auth::{AuthError, Keys, Link, SecretError, SecretSource, Verifier};
 use crate::config::{ConfigError, EdgeConfig};
 use crate::counters::EdgeCounters;
+use crate::counters::EdgeMetrics;
 use crate::hub::Hub;
+use crate::idp::{Idp, IdpCounters};
 
 /// Why the edge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,9 @@ pub enum EdgeError {
     /// The JWT secret could not be loaded or created.
     #[error("{0}")]
     Secret(#[from] SecretError),
+    /// The identity provider's key file could not be loaded.
+    #[error("identity provider: {0}")]
+    Idp(#[from] crate::idp::IdpError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -54,7 +59,6 @@ enum Route {
 #[derive(Debug)]
 pub struct Edge {
     hub: Arc<Hub>,
-    keys: Keys,
     listener: TcpListener,
     shutdown: CancellationToken,
     drain: CancellationToken,
@@ -71,12 +75,16 @@ impl Edge {
             SecretSource::Env => info!("using JWT secret from TETHER_JWT_SECRET"),
             SecretSource::Config => info!("using JWT secret from configuration"),
         }
+        let metrics = EdgeMetrics::default();
+        let idp = match &config.identity {
+            Some(idp) => Some(Idp::load(idp.clone(), IdpCounters::from(&metrics.counters)).await?),
+            None => None,
+        };
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| EdgeError::Bind { addr: config.listen, source })?;
         Ok(Edge {
-            hub: Hub::new(config, keys.clone()),
-            keys,
+            hub: Hub::with_metrics(config, Verifier::new(keys, idp), metrics),
             listener,
             shutdown: CancellationToken::new(),
             drain: CancellationToken::new(),
@@ -100,7 +108,7 @@ impl Edge {
 
     /// The signing keys (the CLI mints tokens with the same secret).
     pub fn keys(&self) -> &Keys {
-        &self.keys
+        self.hub.auth.own()
     }
 
     /// Cancel this to drain: `/readyz` turns false, new sessions and calls are
@@ -113,7 +121,9 @@ impl Edge {
     /// Accepts connections until shutdown, draining first when asked to.
     pub async fn run(self) {
         let tracker = TaskTracker::new();
-        let keys = Arc::new(self.keys);
+        if let Some(idp) = self.hub.auth.idp() {
+            idp.spawn_refresher(self.shutdown.clone());
+        }
         let mut draining = false;
         loop {
             let accepted = tokio::select! {
@@ -128,9 +138,8 @@ impl Edge {
             match accepted {
                 Ok((stream, peer)) => {
                     let hub = Arc::clone(&self.hub);
-                    let keys = Arc::clone(&keys);
                     let shutdown = self.shutdown.clone();
-                    tracker.spawn(connection(stream, peer, hub, keys, shutdown));
+                    tracker.spawn(connection(stream, peer, hub, shutdown));
                 }
                 Err(e) => {
                     // Out of fds and friends: back off briefly instead of spinning.
@@ -189,12 +198,7 @@ fn bearer(req: &Request) -> Option<String> {
 }
 
 /// Decides an upgrade: which link, whose credential, and the response headers.
-fn upgrade(
-    req: &Request,
-    mut resp: Response,
-    keys: &Keys,
-    hub: &Arc<Hub>,
-) -> Result<(Response, Route), Refusal> {
+fn upgrade(req: &Request, mut resp: Response, hub: &Arc<Hub>) -> Result<(Response, Route), Refusal> {
     let metrics = &hub.metrics;
     let counters = &metrics.counters;
     let path = req.uri().path();
@@ -205,9 +209,9 @@ fn upgrade(
             "edge is draining; connect to another edge".into(),
         ));
     }
-    let audience = match path {
-        CLIENT_PATH => AUD_CLIENT,
-        BACKEND_PATH => AUD_BACKEND,
+    let link = match path {
+        CLIENT_PATH => Link::Client,
+        BACKEND_PATH => Link::Backend,
         _ => {
             EdgeCounters::bump(&counters.upgrade_refused);
             return Err(refuse(
@@ -237,11 +241,11 @@ fn upgrade(
     }
     let verified = match bearer(req) {
         None => Err(AuthError::Missing),
-        Some(token) => keys.verify(&token, audience),
+        Some(token) => hub.auth.verify(&token, link),
     };
     match verified {
         Ok(claims) => {
-            let route = if audience == AUD_CLIENT {
+            let route = if link == Link::Client {
                 // The credential's remaining life, in the edge's own clock, so expiry obeys paused time too.
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -275,13 +279,7 @@ fn upgrade(
 
 // The upgrade callback's error type is fixed by tungstenite's `Callback` trait.
 #[allow(clippy::result_large_err)]
-async fn connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    hub: Arc<Hub>,
-    keys: Arc<Keys>,
-    shutdown: CancellationToken,
-) {
+async fn connection(mut stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, shutdown: CancellationToken) {
     let _ = stream.set_nodelay(true);
     let Some(unauthenticated) = hub.unauthenticated_slot(peer.ip()) else {
         EdgeCounters::bump(&hub.counters().ip_limit_refusals);
@@ -320,7 +318,7 @@ async fn connection(
     let stream = crate::http::Rewind::new(head, stream);
     let mut route = None;
     let callback = |req: &Request, resp: Response| {
-        let (resp, decided) = upgrade(req, resp, &keys, &hub).map_err(error_response)?;
+        let (resp, decided) = upgrade(req, resp, &hub).map_err(error_response)?;
         route = Some(decided);
         Ok(resp)
     };

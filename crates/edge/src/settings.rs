@@ -19,6 +19,7 @@ use toml::{Table, Value};
 use tether_contract::{Budgets, Caps};
 
 use crate::config::EdgeConfig;
+use crate::idp::{IdpConfig, JwksSource};
 
 /// One problem found while resolving configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -151,6 +152,25 @@ impl Resolved {
             max_unauthenticated_per_ip = (c.max_unauthenticated_per_ip as i64)
         };
         let mut out = toml::to_string(&view).unwrap_or_default();
+        if let Some(idp) = &c.identity {
+            let mut auth = Table::new();
+            match &idp.jwks {
+                JwksSource::Url(url) => auth.insert("jwks_url".into(), Value::from(url.clone())),
+                JwksSource::File(path) => {
+                    auth.insert("jwks_file".into(), Value::from(path.display().to_string()))
+                }
+            };
+            if let Some(iss) = &idp.issuer {
+                auth.insert("issuer".into(), Value::from(iss.clone()));
+            }
+            auth.insert("client_audience".into(), Value::from(idp.client_audience.clone()));
+            auth.insert("backend_audience".into(), Value::from(idp.backend_audience.clone()));
+            auth.insert("jwks_refresh_secs".into(), Value::from(idp.refresh.as_secs() as i64));
+            let mut wrapper = Table::new();
+            wrapper.insert("auth".into(), Value::Table(auth));
+            out.push('\n');
+            out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
+        }
         if !clients.is_empty() {
             let mut wrapper = Table::new();
             wrapper.insert("clients".into(), Value::Table(clients));
@@ -231,6 +251,47 @@ struct LimitsSection {
     max_unauthenticated_per_ip: Option<usize>,
 }
 
+/// `[auth]`: the users' identity provider, whose tokens the edge accepts
+/// beside its own HS256 ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthSection {
+    jwks_url: Option<String>,
+    jwks_file: Option<PathBuf>,
+    issuer: Option<String>,
+    client_audience: Option<String>,
+    backend_audience: Option<String>,
+    jwks_refresh_secs: Option<u64>,
+}
+
+impl AuthSection {
+    fn resolve(self) -> Result<IdpConfig, String> {
+        let jwks = match (self.jwks_url, self.jwks_file) {
+            (Some(url), None) if url.starts_with("https://") || url.starts_with("http://") => {
+                JwksSource::Url(url)
+            }
+            (Some(url), None) => return Err(format!("jwks_url must be an http(s) URL, not {url:?}")),
+            (None, Some(file)) => JwksSource::File(file),
+            (Some(_), Some(_)) => return Err("set one of jwks_url and jwks_file, not both".into()),
+            (None, None) => return Err("[auth] needs jwks_url or jwks_file".into()),
+        };
+        let mut idp = IdpConfig::new(jwks);
+        idp.issuer = self.issuer;
+        if let Some(aud) = self.client_audience {
+            idp.client_audience = aud;
+        }
+        if let Some(aud) = self.backend_audience {
+            idp.backend_audience = aud;
+        }
+        match self.jwks_refresh_secs {
+            Some(0) => return Err("jwks_refresh_secs must be at least 1".into()),
+            Some(secs) => idp.refresh = Duration::from_secs(secs),
+            None => {}
+        }
+        Ok(idp)
+    }
+}
+
 const TOP_KEYS: &[&str] = &[
     "listen",
     "data_dir",
@@ -240,6 +301,7 @@ const TOP_KEYS: &[&str] = &[
     "caps",
     "budgets",
     "limits",
+    "auth",
     "clients",
     "callers",
 ];
@@ -392,6 +454,13 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                             format!("{e}; using default limits"),
                             false,
                         ),
+                    }
+                }
+                if let Some(v) = table.get("auth") {
+                    match section::<AuthSection>(v).and_then(AuthSection::resolve) {
+                        Ok(idp) => config.identity = Some(idp),
+                        // A credential setting never degrades: guessing could accept tokens it should not.
+                        Err(e) => issue(locate(&name, text, Some("auth"), "auth"), e, true),
                     }
                 }
                 if let Some(clients) = table.get("clients") {
@@ -578,8 +647,31 @@ max_tool = 3
     }
 
     #[test]
+    fn an_identity_provider_section_resolves_with_its_defaults() {
+        let r =
+            run("[auth]\njwks_url = \"https://idp.example/jwks.json\"\nissuer = \"https://idp.example/\"\n");
+        assert!(!r.is_fatal(), "{:?}", r.issues);
+        let idp = r.config.identity.as_ref().unwrap();
+        assert_eq!(idp.jwks, crate::idp::JwksSource::Url("https://idp.example/jwks.json".into()));
+        assert_eq!(idp.issuer.as_deref(), Some("https://idp.example/"));
+        assert_eq!(
+            (idp.client_audience.as_str(), idp.backend_audience.as_str()),
+            ("tether-client", "tether-backend")
+        );
+        assert!(r.to_toml().contains("[auth]"), "config check shows it");
+    }
+
+    #[test]
     fn only_what_cannot_degrade_is_fatal() {
-        let fatal = ["listen = \"nowhere\"", "jwt_secret = \"short\"", "this is not toml"];
+        let fatal = [
+            "listen = \"nowhere\"",
+            "jwt_secret = \"short\"",
+            "this is not toml",
+            "[auth]\nissuer = \"https://idp.example\"",
+            "[auth]\njwks_url = \"ftp://idp.example/jwks\"",
+            "[auth]\njwks_url = \"https://a\"\njwks_file = \"b\"",
+            "[auth]\njwks_file = \"k.json\"\naudience = \"typo\"",
+        ];
         for text in fatal {
             assert!(run(text).is_fatal(), "{text}");
         }
