@@ -1,0 +1,216 @@
+/**
+ * The catalog: the tools and context the client declares now, under a seq
+ * that moves every time either changes, cut into `tools/list` pages that each
+ * fit one frame.
+ *
+ * The edge reads a catalog page by page while the application may navigate in
+ * between, so every seq keeps its own pages (the last few seqs are kept): a
+ * cursor names the seq it belongs to, and a read that began on seq 4 finishes
+ * on seq 4. The edge applies seq 4, then re-reads for the newer seq the
+ * `list_changed` already announced.
+ */
+
+import { TetherError, type TetherErrorCode } from './errors.js';
+import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
+import { Meta } from './jsonrpc.js';
+import type { AppContext, Limits, Tool } from './types.js';
+
+/** How many past seqs keep their pages for reads still in progress. */
+const KEPT_SNAPSHOTS = 4;
+/** Room reserved in a page's envelope for the request id and the cursor. */
+const ID_ALLOWANCE = 40;
+const CURSOR_ALLOWANCE = 40;
+
+interface Snapshot {
+  seq: number;
+  pages: JsonObject[][];
+  context: JsonObject | undefined;
+}
+
+/** A `tools/list` answer, or why the request cannot be answered. */
+export type PageAnswer = { ok: true; result: JsonObject } | { ok: false; message: string };
+
+/** Copies a value through JSON, so what is measured is exactly what is sent. */
+function asJson(value: unknown, what: string, code: TetherErrorCode): JsonObject {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    throw new TetherError(code, `${what} is not JSON-serializable: ${(err as Error).message}`);
+  }
+  const parsed: unknown = text === undefined ? undefined : JSON.parse(text);
+  if (!isJsonObject(parsed)) throw new TetherError(code, `${what} must be a JSON object`);
+  return parsed;
+}
+
+/** The wire declaration of a tool (everything but the handler), validated. */
+export function declarationOf(tool: Tool, limits: Limits): JsonObject {
+  const label = typeof tool.name === 'string' ? `tool "${tool.name}"` : 'a tool';
+  if (typeof tool.name !== 'string' || tool.name === '') throw new TetherError('invalid_tool', `${label} needs a non-empty name`);
+  if (typeof tool.description !== 'string' || tool.description === '') {
+    throw new TetherError('invalid_tool', `${label} needs a description: the model chooses tools by it`);
+  }
+  if (typeof tool.handler !== 'function') throw new TetherError('invalid_tool', `${label} needs a handler function`);
+  if (!isJsonObject(tool.inputSchema)) throw new TetherError('invalid_tool', `${label}: inputSchema must be a JSON Schema object`);
+  if (tool.inputSchema['type'] !== undefined && tool.inputSchema['type'] !== 'object') {
+    throw new TetherError('invalid_tool', `${label}: inputSchema must describe an object (type "object"), as MCP requires`);
+  }
+  if (tool.outputSchema !== undefined && !isJsonObject(tool.outputSchema)) {
+    throw new TetherError('invalid_tool', `${label}: outputSchema must be a JSON Schema object`);
+  }
+  const decl = asJson(
+    {
+      name: tool.name,
+      title: tool.title,
+      description: tool.description,
+      inputSchema: tool.inputSchema,
+      outputSchema: tool.outputSchema,
+      annotations: tool.annotations,
+    },
+    label,
+    'invalid_tool',
+  );
+  const bytes = utf8Bytes(JSON.stringify(decl));
+  if (bytes > limits.declarationBytes) {
+    throw new TetherError(
+      'invalid_tool',
+      `${label} declares ${bytes} bytes; the edge drops declarations over ${limits.declarationBytes} bytes (limits.declarationBytes). Shorten its description or schemas.`,
+    );
+  }
+  return decl;
+}
+
+/** Bytes of a page frame around its tools, with room for any id and cursor. */
+function envelopeBytes(seq: number, context: JsonObject | undefined): number {
+  const meta: JsonObject = { [Meta.seq]: seq };
+  if (context !== undefined) meta[Meta.context] = context;
+  const frame = { jsonrpc: '2.0', id: 'i'.repeat(ID_ALLOWANCE), result: { tools: [], nextCursor: 'c'.repeat(CURSOR_ALLOWANCE), _meta: meta } };
+  return utf8Bytes(JSON.stringify(frame));
+}
+
+/**
+ * Packs declarations into pages, in declaration order, each page's frame at
+ * most `frameBytes`. The context rides on the first page only (the edge keeps
+ * the first context it reads), so later pages have room for more tools.
+ */
+function paginate(decls: JsonObject[], seq: number, context: JsonObject | undefined, frameBytes: number): JsonObject[][] {
+  const firstRoom = frameBytes - envelopeBytes(seq, context);
+  const laterRoom = frameBytes - envelopeBytes(seq, undefined);
+  if (firstRoom < 2) {
+    throw new TetherError('invalid_context', `the context leaves no room for tools in a ${frameBytes}-byte frame; send a smaller snapshot`);
+  }
+  const pages: JsonObject[][] = [[]];
+  let used = 0;
+  for (const decl of decls) {
+    const bytes = utf8Bytes(JSON.stringify(decl));
+    let page = pages[pages.length - 1] ?? [];
+    let room = pages.length === 1 ? firstRoom : laterRoom;
+    const needed = page.length === 0 ? bytes : bytes + 1;
+    if (used + needed > room && page.length > 0) {
+      page = [];
+      pages.push(page);
+      used = 0;
+      room = laterRoom;
+    }
+    if (page.length === 0 && bytes > room) {
+      const why = pages.length === 1 ? ' beside the context' : '';
+      throw new TetherError(
+        pages.length === 1 ? 'invalid_context' : 'invalid_tool',
+        `tool "${String(decl['name'])}" (${bytes} bytes) does not fit a ${frameBytes}-byte frame${why}`,
+      );
+    }
+    used += page.length === 0 ? bytes : bytes + 1;
+    page.push(decl);
+  }
+  return pages;
+}
+
+export class Catalog {
+  readonly #limits: Limits;
+  #seq: number;
+  #tools = new Map<string, Tool>();
+  #context: AppContext | undefined;
+  readonly #snapshots = new Map<number, Snapshot>();
+
+  constructor(tools: readonly Tool[], context: AppContext | undefined, limits: Limits, seq = 1) {
+    this.#limits = limits;
+    this.#seq = seq - 1;
+    this.update({ tools, context });
+  }
+
+  /** The current seq. */
+  get seq(): number {
+    return this.#seq;
+  }
+
+  /** The current context. */
+  get context(): AppContext | undefined {
+    return this.#context;
+  }
+
+  /** The tool with this device-side name in the current catalog. */
+  tool(name: string): Tool | undefined {
+    return this.#tools.get(name);
+  }
+
+  /** The device-side names in the current catalog, in declaration order. */
+  names(): string[] {
+    return [...this.#tools.keys()];
+  }
+
+  /**
+   * Replaces the tools and/or the context and moves the seq. Validates first:
+   * on a throw nothing changed.
+   */
+  update(change: { tools?: readonly Tool[] | undefined; context?: AppContext | undefined }): number {
+    const tools = change.tools ?? [...this.#tools.values()];
+    const context = 'context' in change ? change.context : this.#context;
+    if (!Array.isArray(tools)) throw new TetherError('invalid_tool', 'tools must be an array');
+    const byName = new Map<string, Tool>();
+    const decls: JsonObject[] = [];
+    for (const tool of tools) {
+      const decl = declarationOf(tool, this.#limits);
+      if (byName.has(tool.name)) throw new TetherError('invalid_tool', `two tools are named "${tool.name}"; names must be unique`);
+      byName.set(tool.name, tool);
+      decls.push(decl);
+    }
+    let contextJson: JsonObject | undefined;
+    if (context !== undefined) contextJson = asJson(context, 'the context', 'invalid_context');
+    const seq = this.#seq + 1;
+    const pages = paginate(decls, seq, contextJson, this.#limits.frameBytes);
+    this.#seq = seq;
+    this.#tools = byName;
+    this.#context = context;
+    this.#snapshots.set(seq, { seq, pages, context: contextJson });
+    for (const old of this.#snapshots.keys()) {
+      if (old <= seq - KEPT_SNAPSHOTS) this.#snapshots.delete(old);
+    }
+    return seq;
+  }
+
+  /**
+   * The `tools/list` result for `cursor` (absent: the first page of the
+   * current seq). Cursors are `seq:page`.
+   */
+  page(cursor: string | undefined): PageAnswer {
+    let seq = this.#seq;
+    let index = 0;
+    if (cursor !== undefined) {
+      const m = /^(\d+):(\d+)$/.exec(cursor);
+      if (m === null) return { ok: false, message: `unknown cursor ${JSON.stringify(cursor)}` };
+      seq = Number(m[1]);
+      index = Number(m[2]);
+    }
+    const snap = this.#snapshots.get(seq);
+    const page = snap?.pages[index];
+    if (snap === undefined || page === undefined) {
+      return { ok: false, message: `cursor ${JSON.stringify(cursor)} is no longer valid; list again from the start` };
+    }
+    const meta: JsonObject = { [Meta.seq]: snap.seq };
+    if (index === 0 && snap.context !== undefined) meta[Meta.context] = snap.context;
+    const result: JsonObject = { tools: page };
+    if (index + 1 < snap.pages.length) result['nextCursor'] = `${snap.seq}:${index + 1}`;
+    result['_meta'] = meta;
+    return { ok: true, result };
+  }
+}

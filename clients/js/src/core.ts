@@ -1,0 +1,14 @@
+/**
+ * Everything both entry points export. The entries differ only in the
+ * transport they hand to `TetherClient`.
+ */
+
+export { TetherClient } from './client.js';
+export { TetherError, ToolError, CallAbortedError, type TetherErrorCode, type ToolErrorOptions, type AbortWhy } from './errors.js';
+export { namespacedNames, slug } from './names.js';
+export { tokenExpiry } from './token.js';
+export { DEFAULT_LIMITS, DEFAULT_HEARTBEAT } from './options.js';
+export { DEFAULT_BACKOFF } from './backoff.js';
+export { MCP_PROTOCOL_VERSION, SUBPROTOCOL, CLIENT_PATH } from './jsonrpc.js';
+export type { Json, JsonObject } from './json.js';
+export type * from './types.js';

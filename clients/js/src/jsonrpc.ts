@@ -1,0 +1,91 @@
+/**
+ * JSON-RPC 2.0 frames on the client link: classify what arrives, build what
+ * leaves. One message per text frame; batches are not used by tether.
+ */
+
+import { isJsonObject, type Json, type JsonObject } from './json.js';
+
+export type Id = string | number;
+
+export type Incoming =
+  | { kind: 'request'; id: Id; method: string; params: JsonObject }
+  | { kind: 'notification'; method: string; params: JsonObject }
+  | { kind: 'response'; id: Id; result?: Json; error?: JsonObject }
+  | { kind: 'invalid'; why: string };
+
+/** JSON-RPC error codes the device uses (MCP's, which are JSON-RPC's). */
+export const RpcCode = {
+  invalidRequest: -32600,
+  methodNotFound: -32601,
+  invalidParams: -32602,
+  internal: -32603,
+} as const;
+
+/** Classifies one text frame. Never throws. */
+export function parseFrame(text: string): Incoming {
+  let msg: unknown;
+  try {
+    msg = JSON.parse(text);
+  } catch (err) {
+    return { kind: 'invalid', why: `not JSON: ${(err as Error).message}` };
+  }
+  if (!isJsonObject(msg)) return { kind: 'invalid', why: 'not a JSON-RPC object' };
+  if (msg['jsonrpc'] !== '2.0') return { kind: 'invalid', why: 'jsonrpc is not "2.0"' };
+  const id = msg['id'];
+  const hasId = typeof id === 'string' || typeof id === 'number';
+  const method = msg['method'];
+  const params = isJsonObject(msg['params']) ? msg['params'] : {};
+  if (typeof method === 'string') {
+    return hasId ? { kind: 'request', id, method, params } : { kind: 'notification', method, params };
+  }
+  if (hasId && ('result' in msg || 'error' in msg)) {
+    const error = msg['error'];
+    return isJsonObject(error) ? { kind: 'response', id, error } : { kind: 'response', id, result: msg['result'] ?? null };
+  }
+  return { kind: 'invalid', why: 'neither a request, a notification nor a response' };
+}
+
+export function response(id: Id, result: Json): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, result });
+}
+
+export function errorResponse(id: Id, code: number, message: string, data?: JsonObject): string {
+  const error: JsonObject = data === undefined ? { code, message } : { code, message, data };
+  return JSON.stringify({ jsonrpc: '2.0', id, error });
+}
+
+export function request(id: Id, method: string, params: JsonObject): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, method, params });
+}
+
+export function notification(method: string, params: JsonObject): string {
+  return JSON.stringify({ jsonrpc: '2.0', method, params });
+}
+
+/** Method names and `_meta` keys of the client link (docs/PROTOCOL.md). */
+export const Method = {
+  initialize: 'initialize',
+  initialized: 'notifications/initialized',
+  toolsList: 'tools/list',
+  toolsCall: 'tools/call',
+  ping: 'ping',
+  cancelled: 'notifications/cancelled',
+  listChanged: 'notifications/tools/list_changed',
+  manifestApplied: 'notifications/tether.dev/manifest_applied',
+} as const;
+
+export const Meta = {
+  seq: 'tether.dev/seq',
+  context: 'tether.dev/context',
+  concept: 'tether.dev/concept',
+  session: 'tether.dev/session',
+  deadlineMs: 'tether.dev/deadline_ms',
+  idempotencyKey: 'tether.dev/idempotency_key',
+} as const;
+
+/** The MCP revision tether speaks. */
+export const MCP_PROTOCOL_VERSION = '2025-11-25';
+/** The WebSocket subprotocol the client offers. */
+export const SUBPROTOCOL = 'tether.v1';
+/** The client link's path. */
+export const CLIENT_PATH = '/v1/client';

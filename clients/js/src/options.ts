@@ -1,0 +1,123 @@
+/**
+ * Resolving and checking `connect()` options once, up front, so a mistake is
+ * a thrown `TetherError` at the call site rather than a mysterious refusal
+ * from the edge later.
+ */
+
+import { resolveBackoff } from './backoff.js';
+import { TetherError } from './errors.js';
+import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
+import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta } from './jsonrpc.js';
+import type { BackoffOptions, ConnectOptions, HeartbeatOptions, Limits } from './types.js';
+
+export const DEFAULT_LIMITS: Limits = {
+  frameBytes: 15_360,
+  resultBytes: 12_288,
+  declarationBytes: 2_048,
+  answerCeilingMs: 2_000,
+};
+
+export const DEFAULT_HEARTBEAT: HeartbeatOptions = { intervalMs: 25_000, timeoutMs: 10_000 };
+
+export interface Resolved {
+  url: string;
+  limits: Limits;
+  backoff: BackoffOptions;
+  heartbeat: HeartbeatOptions;
+  handshakeTimeoutMs: number;
+  tokenRefreshLeadMs: number | undefined;
+  initializeResult: JsonObject;
+}
+
+function invalid(message: string): TetherError {
+  return new TetherError('invalid_options', message);
+}
+
+/**
+ * The client-link URL for what the application gave: `ws://host:port`,
+ * `http(s)://…` (mapped to `ws(s)://`), or a URL that already ends in
+ * `/v1/client`. A path prefix (a proxy mount) is kept.
+ */
+export function clientUrl(raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw invalid(`url ${JSON.stringify(raw)} is not a URL; expected ws://host:port`);
+  }
+  if (u.protocol === 'http:') u.protocol = 'ws:';
+  else if (u.protocol === 'https:') u.protocol = 'wss:';
+  if (u.protocol !== 'ws:' && u.protocol !== 'wss:') throw invalid(`url must be ws:// or wss:// (got ${u.protocol})`);
+  if (u.searchParams.has('access_token')) throw invalid('put the token in `token` or `getToken`, not in the url');
+  const path = u.pathname.replace(/\/+$/, '');
+  if (!path.endsWith(CLIENT_PATH)) u.pathname = path + CLIENT_PATH;
+  return u.toString();
+}
+
+function positive(name: string, v: number): void {
+  if (!(Number.isFinite(v) && v > 0)) throw invalid(`${name} must be a positive number (got ${String(v)})`);
+}
+
+/** The `initialize` answer: who the application is and its concept. */
+function initializeResult(options: ConnectOptions, limits: Limits): JsonObject {
+  const { info, concept } = options;
+  if (!isJsonObject(info) || typeof info.name !== 'string' || info.name === '' || typeof info.version !== 'string' || info.version === '') {
+    throw invalid('info needs a non-empty name and version, e.g. {name: "shop-web", version: "1.4.0"}');
+  }
+  const result: JsonObject = {
+    protocolVersion: MCP_PROTOCOL_VERSION,
+    serverInfo: { name: info.name, version: info.version },
+    capabilities: { tools: { listChanged: true } },
+  };
+  if (concept !== undefined) {
+    const { instructions, ...structured } = concept;
+    if (instructions !== undefined) {
+      if (typeof instructions !== 'string') throw invalid('concept.instructions must be a string');
+      result['instructions'] = instructions;
+    }
+    let copy: unknown;
+    try {
+      copy = JSON.parse(JSON.stringify(structured));
+    } catch (err) {
+      throw new TetherError('concept_too_large', `concept is not JSON-serializable: ${(err as Error).message}`);
+    }
+    if (isJsonObject(copy) && Object.keys(copy).length > 0) result['_meta'] = { [Meta.concept]: copy };
+  }
+  const bytes = utf8Bytes(JSON.stringify({ jsonrpc: '2.0', id: 'i'.repeat(40), result }));
+  if (bytes > limits.frameBytes) {
+    throw new TetherError('concept_too_large', `info and concept take ${bytes} bytes; the initialize answer must fit a ${limits.frameBytes}-byte frame`);
+  }
+  return result;
+}
+
+export function resolveOptions(options: ConnectOptions): Resolved {
+  if (!isJsonObject(options)) throw invalid('connect() needs an options object');
+  const hasToken = typeof options.token === 'string';
+  const hasGetter = typeof options.getToken === 'function';
+  if (hasToken === hasGetter) throw invalid('pass exactly one of `token` (a string) or `getToken` (a function)');
+  if (hasToken && options.token === '') throw invalid('token is empty');
+  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  for (const [k, v] of Object.entries(limits)) positive(`limits.${k}`, v);
+  if (limits.resultBytes > limits.frameBytes) throw invalid('limits.resultBytes cannot exceed limits.frameBytes');
+  const heartbeat: HeartbeatOptions = { ...DEFAULT_HEARTBEAT, ...options.heartbeat };
+  if (heartbeat.intervalMs !== 0) positive('heartbeat.intervalMs', heartbeat.intervalMs);
+  positive('heartbeat.timeoutMs', heartbeat.timeoutMs);
+  const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 10_000;
+  positive('handshakeTimeoutMs', handshakeTimeoutMs);
+  if (options.tokenRefreshLeadMs !== undefined) positive('tokenRefreshLeadMs', options.tokenRefreshLeadMs);
+  let backoff: BackoffOptions;
+  try {
+    backoff = resolveBackoff(options.backoff);
+  } catch (err) {
+    throw invalid((err as Error).message);
+  }
+  return {
+    url: clientUrl(options.url),
+    limits,
+    backoff,
+    heartbeat,
+    handshakeTimeoutMs,
+    tokenRefreshLeadMs: options.tokenRefreshLeadMs,
+    initializeResult: initializeResult(options, limits),
+  };
+}

@@ -1,0 +1,424 @@
+/**
+ * One connection to the edge, from dial to close: the device side of the
+ * client link. The edge is the MCP client here and this is the MCP server:
+ * it answers `initialize`, `tools/list`, `tools/call` and `ping`, announces
+ * catalog changes with `notifications/tools/list_changed`, and stops a call
+ * when the edge sends `notifications/cancelled`.
+ *
+ * A `Session` never reconnects; the client makes a new one. That keeps every
+ * per-connection thing (calls in flight, heartbeats, the edge's session id)
+ * in one object that dies with its socket.
+ */
+
+import { RunningCall, type CallRequest } from './call.js';
+import type { Catalog } from './catalog.js';
+import { TetherError } from './errors.js';
+import { isJsonObject, utf8Bytes, type Json, type JsonObject } from './json.js';
+import * as rpc from './jsonrpc.js';
+import { Meta, Method } from './jsonrpc.js';
+import { namespacedNames } from './names.js';
+import { failureResult, invalidResult, resultOf, timeoutResult, tooLargeResult, unavailableResult } from './results.js';
+import type { CloseInfo, Dial, Socket } from './transport.js';
+import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport } from './types.js';
+
+/** Close code the client uses when it gives up on a link it believes dead (browsers allow 1000 and 3000–4999). */
+const DEAD_LINK = 4000;
+/** After the last `tools/list` page, how long to wait for `manifest_applied` before calling the session online anyway. */
+const APPLIED_GRACE_MS = 1_000;
+
+/** Why a session ended, beyond the socket's own close info. */
+export type EndReason =
+  | 'disconnected'
+  | 'closed'
+  | 'retired'
+  | 'heartbeat_timeout'
+  | 'handshake_timeout'
+  | 'transport_unavailable';
+
+export interface SessionEnd extends CloseInfo {
+  why: EndReason;
+  /** Whether the session had been online. */
+  wasOnline: boolean;
+  /** How long it was online, in ms (0 if never). */
+  onlineMs: number;
+}
+
+/** What a session tells its owner. */
+export interface SessionHooks {
+  online(session: Session): void;
+  ended(session: Session, end: SessionEnd): void;
+  callStart(e: CallStart): void;
+  callEnd(e: CallEnd): void;
+  manifest(report: ManifestReport & { sessionId: string }): void;
+  problem(err: Error): void;
+}
+
+export interface SessionConfig {
+  dial: Dial;
+  url: string;
+  token: string;
+  catalog: Catalog;
+  /** The `initialize` result, built and size-checked once by the client. */
+  initializeResult: JsonObject;
+  limits: Limits;
+  heartbeat: HeartbeatOptions;
+  handshakeTimeoutMs: number;
+  hooks: SessionHooks;
+}
+
+type Phase = 'dialing' | 'handshake' | 'online' | 'ended';
+
+function numberOr(v: Json | undefined): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+export class Session {
+  readonly #cfg: SessionConfig;
+  #phase: Phase = 'dialing';
+  #socket: Socket | undefined;
+  #id = '';
+  #initialized = false;
+  #onlineAt = 0;
+  #retiring = false;
+  readonly #calls = new Map<string, RunningCall>();
+  #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
+  #graceTimer: ReturnType<typeof setTimeout> | undefined;
+  #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  #pingTimer: ReturnType<typeof setTimeout> | undefined;
+  #retireTimer: ReturnType<typeof setTimeout> | undefined;
+  #pingId = 0;
+  #pendingPing: string | undefined;
+
+  constructor(cfg: SessionConfig) {
+    this.#cfg = cfg;
+  }
+
+  /** The session id the edge assigned (empty until `initialize`). */
+  get id(): string {
+    return this.#id;
+  }
+
+  get isOnline(): boolean {
+    return this.#phase === 'online';
+  }
+
+  get isEnded(): boolean {
+    return this.#phase === 'ended';
+  }
+
+  /** Calls whose handlers are still running. */
+  get inFlight(): number {
+    return this.#calls.size;
+  }
+
+  /** Dials. Failures arrive through `hooks.ended`, never as a rejection. */
+  async start(): Promise<void> {
+    const cfg = this.#cfg;
+    this.#handshakeTimer = setTimeout(
+      () => this.#end(DEAD_LINK, `not online within ${cfg.handshakeTimeoutMs} ms`, 'handshake_timeout'),
+      cfg.handshakeTimeoutMs,
+    );
+    try {
+      const socket = await cfg.dial(
+        { url: cfg.url, token: cfg.token, protocol: rpc.SUBPROTOCOL, timeoutMs: cfg.handshakeTimeoutMs },
+        {
+          onOpen: () => {
+            if (this.#phase === 'dialing') this.#phase = 'handshake';
+          },
+          onMessage: (text) => this.#onText(text),
+          onBinary: () => cfg.hooks.problem(new TetherError('protocol', 'the edge sent a binary frame; ignored')),
+          onClose: (info) => this.#onSocketClosed(info),
+        },
+      );
+      if (this.#phase === 'ended') socket.close(1000, 'client closed');
+      else this.#socket = socket;
+    } catch (err) {
+      const error = err instanceof Error ? err : new Error(String(err));
+      this.#finish({ code: 1006, reason: error.message, error }, 'transport_unavailable');
+    }
+  }
+
+  /** Sends `notifications/tools/list_changed` for the catalog's current seq, once the edge has initialized us. */
+  announce(): void {
+    if (!this.#initialized || this.#phase === 'ended') return;
+    this.#send(rpc.notification(Method.listChanged, { _meta: { [Meta.seq]: this.#cfg.catalog.seq } }));
+  }
+
+  /**
+   * Closes now: calls in flight are aborted with `why` (`closed` or
+   * `disconnected`) and get no answer.
+   */
+  close(code: number, reason: string, why: EndReason): void {
+    this.#end(code, reason, why);
+  }
+
+  /**
+   * Closes once the calls in flight have answered (they are bounded by the
+   * answer ceiling), so moving to a new session loses no call.
+   */
+  retire(): void {
+    if (this.#phase === 'ended') return;
+    this.#retiring = true;
+    if (this.#calls.size === 0) {
+      this.#end(1000, 'moved to a new session', 'retired');
+      return;
+    }
+    this.#retireTimer = setTimeout(
+      () => this.#end(1000, 'moved to a new session', 'retired'),
+      this.#cfg.limits.answerCeilingMs + 1_000,
+    );
+  }
+
+  #end(code: number, reason: string, why: EndReason): void {
+    if (this.#phase === 'ended') return;
+    const socket = this.#socket;
+    this.#finish({ code, reason }, why);
+    socket?.close(code, reason);
+  }
+
+  #onSocketClosed(info: CloseInfo): void {
+    this.#finish(info, 'disconnected');
+  }
+
+  /** The one place a session ends: timers stop, calls abort, the owner hears once. */
+  #finish(info: CloseInfo, why: EndReason): void {
+    if (this.#phase === 'ended') return;
+    const wasOnline = this.#phase === 'online';
+    this.#phase = 'ended';
+    for (const t of [this.#handshakeTimer, this.#graceTimer, this.#pingTimer, this.#retireTimer]) clearTimeout(t);
+    clearInterval(this.#heartbeatTimer);
+    const abortWhy = why === 'closed' ? 'closed' : 'disconnected';
+    for (const call of this.#calls.values()) call.abort(abortWhy);
+    const onlineMs = wasOnline ? Math.round(performance.now() - this.#onlineAt) : 0;
+    this.#cfg.hooks.ended(this, { ...info, why, wasOnline, onlineMs });
+  }
+
+  #goOnline(): void {
+    if (this.#phase !== 'handshake') return;
+    this.#phase = 'online';
+    this.#onlineAt = performance.now();
+    clearTimeout(this.#handshakeTimer);
+    clearTimeout(this.#graceTimer);
+    this.#startHeartbeat();
+    this.#cfg.hooks.online(this);
+  }
+
+  #startHeartbeat(): void {
+    const { intervalMs, timeoutMs } = this.#cfg.heartbeat;
+    if (intervalMs <= 0) return;
+    this.#heartbeatTimer = setInterval(() => {
+      if (this.#pendingPing !== undefined) return;
+      this.#pingId += 1;
+      const id = `tether-js-ping-${this.#pingId}`;
+      this.#pendingPing = id;
+      this.#send(rpc.request(id, Method.ping, {}));
+      this.#pingTimer = setTimeout(
+        () => this.#end(DEAD_LINK, `ping unanswered for ${timeoutMs} ms`, 'heartbeat_timeout'),
+        timeoutMs,
+      );
+    }, intervalMs);
+  }
+
+  /** Sends a frame unless it would break the transport ceiling (the edge would close 1009). */
+  #send(frame: string): boolean {
+    const socket = this.#socket;
+    if (socket === undefined || !socket.isOpen) return false;
+    const bytes = utf8Bytes(frame);
+    if (bytes > this.#cfg.limits.frameBytes) {
+      this.#cfg.hooks.problem(
+        new TetherError('frame_too_large', `a ${bytes}-byte frame was not sent: over the ${this.#cfg.limits.frameBytes}-byte transport ceiling`),
+      );
+      return false;
+    }
+    socket.send(frame);
+    return true;
+  }
+
+  #onText(text: string): void {
+    if (this.#phase === 'ended') return;
+    const frame = rpc.parseFrame(text);
+    switch (frame.kind) {
+      case 'request':
+        this.#onRequest(frame.id, frame.method, frame.params);
+        return;
+      case 'notification':
+        this.#onNotification(frame.method, frame.params);
+        return;
+      case 'response':
+        if (frame.id === this.#pendingPing) {
+          this.#pendingPing = undefined;
+          clearTimeout(this.#pingTimer);
+        }
+        return;
+      case 'invalid':
+        this.#cfg.hooks.problem(new TetherError('protocol', `the edge sent a frame that is not JSON-RPC (${frame.why}); ignored`));
+        return;
+    }
+  }
+
+  #onRequest(id: rpc.Id, method: string, params: JsonObject): void {
+    switch (method) {
+      case Method.initialize: {
+        const meta = params['_meta'];
+        const sid = isJsonObject(meta) ? meta[Meta.session] : undefined;
+        if (typeof sid === 'string') this.#id = sid;
+        this.#send(rpc.response(id, this.#cfg.initializeResult));
+        this.#initialized = true;
+        return;
+      }
+      case Method.toolsList: {
+        const cursor = params['cursor'];
+        const page = this.#cfg.catalog.page(typeof cursor === 'string' ? cursor : undefined);
+        if (!page.ok) {
+          this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, page.message));
+          return;
+        }
+        this.#sendChecked(id, page.result);
+        if (page.result['nextCursor'] === undefined && this.#phase === 'handshake' && this.#graceTimer === undefined) {
+          // The edge reports the applied manifest; an edge that does not is online anyway.
+          this.#graceTimer = setTimeout(() => this.#goOnline(), APPLIED_GRACE_MS);
+        }
+        return;
+      }
+      case Method.toolsCall:
+        void this.#onCall(id, params);
+        return;
+      case Method.ping:
+        this.#send(rpc.response(id, {}));
+        return;
+      default:
+        this.#send(rpc.errorResponse(id, rpc.RpcCode.methodNotFound, `the client does not serve ${method}`));
+    }
+  }
+
+  /** Sends a response whose size was planned; if it is over anyway, an error instead of a 1009. */
+  #sendChecked(id: rpc.Id, result: JsonObject): void {
+    const frame = rpc.response(id, result);
+    if (utf8Bytes(frame) > this.#cfg.limits.frameBytes) {
+      this.#send(rpc.errorResponse(id, rpc.RpcCode.internal, 'the page does not fit the transport ceiling'));
+      return;
+    }
+    this.#send(frame);
+  }
+
+  #onNotification(method: string, params: JsonObject): void {
+    switch (method) {
+      case Method.cancelled: {
+        const requestId = params['requestId'];
+        if (typeof requestId !== 'string' && typeof requestId !== 'number') return;
+        const reason = params['reason'];
+        this.#calls.get(JSON.stringify(requestId))?.abort('cancelled', typeof reason === 'string' ? reason : undefined);
+        return;
+      }
+      case Method.manifestApplied: {
+        const dropped = Array.isArray(params['dropped']) ? params['dropped'] : [];
+        const report: ManifestReport & { sessionId: string } = {
+          sessionId: this.#id,
+          seq: numberOr(params['seq']) ?? 0,
+          kept: numberOr(params['kept']) ?? 0,
+          dropped: dropped.filter(isJsonObject).map((d) => ({
+            name: String(d['name']),
+            bytes: numberOr(d['bytes']) ?? 0,
+            reason: String(d['reason']),
+            ...(typeof d['detail'] === 'string' ? { detail: d['detail'] } : {}),
+          })),
+        };
+        this.#goOnline();
+        this.#cfg.hooks.manifest(report);
+        return;
+      }
+      default:
+        // notifications/initialized and anything newer: nothing to do.
+        return;
+    }
+  }
+
+  async #onCall(id: rpc.Id, params: JsonObject): Promise<void> {
+    const name = params['name'];
+    const args = params['arguments'] ?? {};
+    if (typeof name !== 'string' || !isJsonObject(args)) {
+      this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, 'tools/call needs a string name and object arguments'));
+      return;
+    }
+    const meta = isJsonObject(params['_meta']) ? params['_meta'] : {};
+    const key = meta[Meta.idempotencyKey];
+    const request: CallRequest = {
+      id,
+      name,
+      arguments: args,
+      sessionId: this.#id,
+      deadlineMs: numberOr(meta[Meta.deadlineMs]),
+      idempotencyKey: typeof key === 'string' ? key : undefined,
+    };
+    // A call proves the edge has listed this session.
+    this.#goOnline();
+    const hooks = this.#cfg.hooks;
+    const start: CallStart = { callId: id, sessionId: this.#id, name, arguments: args };
+    hooks.callStart(start);
+    const call = new RunningCall(request, this.#cfg.limits.answerCeilingMs);
+    const tool = this.#cfg.catalog.tool(name);
+    if (tool === undefined) {
+      const available = [...namespacedNames(this.#cfg.catalog.names()).values()];
+      this.#answer(start, call, unavailableResult(name, available), 'unavailable');
+      return;
+    }
+    const key2 = JSON.stringify(id);
+    this.#calls.set(key2, call);
+    const settled = await call.run(tool);
+    this.#calls.delete(key2);
+    if (this.#retiring && this.#calls.size === 0) queueMicrotask(() => this.#end(1000, 'moved to a new session', 'retired'));
+    switch (settled.kind) {
+      case 'returned': {
+        const result = resultOf(settled.value);
+        this.#answer(start, call, result, result.isError === true ? 'error' : 'ok');
+        return;
+      }
+      case 'threw':
+        this.#answer(start, call, failureResult(settled.failure), 'error');
+        return;
+      case 'aborted':
+        if (settled.why === 'ceiling') {
+          this.#answer(start, call, timeoutResult(name, this.#cfg.limits.answerCeilingMs), 'timeout');
+        } else {
+          // Cancelled: the edge stopped waiting and MCP says not to answer. Disconnected or closed: there is no socket.
+          hooks.callEnd({ ...start, outcome: settled.why, latencyMs: call.elapsedMs(), answered: false });
+        }
+        return;
+    }
+  }
+
+  /** Stamps the seq, enforces the result cap, sends, and reports the call's end. */
+  #answer(start: CallStart, call: RunningCall, result: CallToolResult, outcome: CallOutcome): void {
+    let frame: string;
+    let final = result;
+    let finalOutcome = outcome;
+    const stamp = (r: CallToolResult): JsonObject => {
+      const out: JsonObject = { content: r.content };
+      if (r.structuredContent !== undefined) out['structuredContent'] = r.structuredContent;
+      if (r.isError === true) out['isError'] = true;
+      out['_meta'] = { ...(r._meta ?? {}), [Meta.seq]: this.#cfg.catalog.seq };
+      return out;
+    };
+    try {
+      frame = rpc.response(start.callId, stamp(result));
+    } catch (err) {
+      final = invalidResult(start.name, (err as Error).message);
+      finalOutcome = 'error';
+      frame = rpc.response(start.callId, stamp(final));
+    }
+    const bytes = utf8Bytes(frame);
+    const limit = this.#cfg.limits.resultBytes;
+    if (bytes > limit) {
+      final = tooLargeResult(start.name, bytes, limit);
+      finalOutcome = 'too_large';
+      frame = rpc.response(start.callId, stamp(final));
+      this.#cfg.hooks.problem(new TetherError('frame_too_large', `${start.name}: a ${bytes}-byte result exceeds the ${limit}-byte result cap; answered with payload_too_large`));
+    }
+    const answered = this.#send(frame);
+    const structured = final.structuredContent;
+    const code = final.isError === true && structured !== undefined && typeof structured['code'] === 'string' ? structured['code'] : undefined;
+    const end: CallEnd = { ...start, outcome: answered ? finalOutcome : 'disconnected', latencyMs: call.elapsedMs(), answered };
+    if (code !== undefined) end.code = code;
+    this.#cfg.hooks.callEnd(end);
+  }
+}

@@ -1,0 +1,248 @@
+/**
+ * The public shapes: tools, their context, results, and what `connect()` takes.
+ * Field names follow MCP (revision 2025-11-25) so a declaration reads the same
+ * here, on the wire, and in an MCP server.
+ */
+
+import type { Json, JsonObject } from './json.js';
+
+/** One MCP content block: `{type: "text", text}` and friends. */
+export interface ContentBlock {
+  type: string;
+  [key: string]: Json;
+}
+
+/** An MCP `CallToolResult`. Return one from a handler for full control. */
+export interface CallToolResult {
+  content: ContentBlock[];
+  structuredContent?: JsonObject;
+  isError?: boolean;
+  _meta?: JsonObject;
+}
+
+/**
+ * What a handler may return:
+ * - a `CallToolResult` (any object with a `content` array) is sent as it is,
+ *   with the catalog seq added to its `_meta`;
+ * - a string becomes one text block;
+ * - a JSON object becomes `structuredContent`, plus its JSON as a text block
+ *   (MCP asks for both, for clients that read only text);
+ * - any other JSON value becomes a text block of its JSON;
+ * - `undefined` becomes an empty result.
+ */
+export type ToolReturn = CallToolResult | Json | undefined | void;
+
+/** What a handler gets besides its arguments. */
+export interface ToolContext {
+  /**
+   * Fires when nobody waits for the answer any more: the edge sent
+   * `notifications/cancelled`, the client's answer ceiling passed, the socket
+   * closed, or the application called `close()`. `signal.reason` is a
+   * `CallAbortedError` whose `why` says which. Pass it to `fetch` and friends.
+   */
+  readonly signal: AbortSignal;
+  /** The edge's JSON-RPC id for this call (what `notifications/cancelled` names). */
+  readonly callId: string | number;
+  /** The device's own tool name the call arrived under. */
+  readonly name: string;
+  /** The edge session the call arrived on. */
+  readonly sessionId: string;
+  /** How long the edge waits for this call (`_meta["tether.dev/deadline_ms"]`). */
+  readonly deadlineMs: number | undefined;
+  /** The backend's key for de-duplicating a retried call, when it gave one. */
+  readonly idempotencyKey: string | undefined;
+}
+
+/** MCP tool annotations (hints for the model and the host). */
+export interface ToolAnnotations {
+  title?: string;
+  readOnlyHint?: boolean;
+  destructiveHint?: boolean;
+  idempotentHint?: boolean;
+  openWorldHint?: boolean;
+  [key: string]: Json | undefined;
+}
+
+/**
+ * A tool the client runs. `A` is the argument type the handler expects; the
+ * SDK does not validate arguments against `inputSchema` (the agent backend's
+ * core does that before anything is sent), so a handler that must not trust
+ * its caller checks them itself.
+ */
+export interface Tool<A = JsonObject> {
+  /** The device's own name; the model sees it as `client__<slug>`. */
+  name: string;
+  title?: string;
+  /** What the tool does, for the model (the edge keeps 512 characters). */
+  description: string;
+  /** JSON Schema of the arguments: an object schema. */
+  inputSchema: JsonObject;
+  /** JSON Schema of `structuredContent`; the backend withholds results that do not match. */
+  outputSchema?: JsonObject;
+  annotations?: ToolAnnotations;
+  /** Runs the tool. Throw (ideally a `ToolError`) to fail the call with a code. */
+  handler(args: A, ctx: ToolContext): ToolReturn | Promise<ToolReturn>;
+}
+
+/** `{name, version}` of the application, sent as MCP `serverInfo`. */
+export interface ClientInfo {
+  name: string;
+  version: string;
+}
+
+/**
+ * What the application is, for the model: `instructions` is free text; the
+ * rest is the structured concept (`_meta["tether.dev/concept"]`) that the
+ * backend renders into the model's context block.
+ */
+export interface Concept {
+  instructions?: string;
+  /** The application's name as the model should call it. */
+  app?: string;
+  /** The things the application deals in ("work order", "cart"). */
+  nouns?: string[];
+  /** What the application cannot do, so the model does not promise it. */
+  cannot?: string[];
+  [key: string]: Json | undefined;
+}
+
+/**
+ * Where the user is now (`_meta["tether.dev/context"]`): `pointer` says which
+ * screen or record, `snapshot` what is on it. Both are information for the
+ * model, never instructions.
+ */
+export interface AppContext {
+  pointer?: Json;
+  snapshot?: Json;
+  [key: string]: Json | undefined;
+}
+
+/** Byte and time limits. The defaults are the edge's defaults (docs/PROTOCOL.md, "Limits"). */
+export interface Limits {
+  /** Transport ceiling: no frame the SDK sends exceeds it (the edge closes 1009). Default 15,360. */
+  frameBytes: number;
+  /** Largest whole `tools/call` response frame; bigger results fail locally. Default 12,288. */
+  resultBytes: number;
+  /** Largest single declaration; the edge drops bigger ones. Default 2,048. */
+  declarationBytes: number;
+  /** The client's own answer ceiling: a handler still running then is aborted and answered with an error. Default 2,000 ms. */
+  answerCeilingMs: number;
+}
+
+/** Reconnect backoff: each delay is drawn from [cap/2, cap], cap = min(maxMs, initialMs · multiplier^attempt). */
+export interface BackoffOptions {
+  initialMs: number;
+  maxMs: number;
+  multiplier: number;
+  /** Consecutive failed attempts before giving up (`offline` with `willRetry: false`). Default: never give up. */
+  maxAttempts: number;
+  /** A session that stayed online this long resets the attempt count. Default 5,000 ms. */
+  stableMs: number;
+}
+
+/** Liveness probing of the edge with JSON-RPC `ping`. */
+export interface HeartbeatOptions {
+  /** How often to ping while online; 0 disables. Default 25,000 ms. */
+  intervalMs: number;
+  /** How long an unanswered ping may take before the socket is declared dead. Default 10,000 ms. */
+  timeoutMs: number;
+}
+
+/** Where the credential comes from: a fixed token, or a function asked again before expiry and on every reconnect. */
+export type TokenOption = { token: string; getToken?: never } | { getToken: () => string | Promise<string>; token?: never };
+
+/** Options of `connect()`. */
+export type ConnectOptions = TokenOption & {
+  /** The edge: `ws://host:port` (the SDK appends `/v1/client`) or the full `/v1/client` URL. */
+  url: string;
+  info: ClientInfo;
+  concept?: Concept;
+  tools?: readonly Tool[];
+  context?: AppContext;
+  limits?: Partial<Limits>;
+  backoff?: Partial<BackoffOptions>;
+  heartbeat?: Partial<HeartbeatOptions>;
+  /** How long a connection may take from dial to online before it is abandoned. Default 10,000 ms. */
+  handshakeTimeoutMs?: number;
+  /** How long before the token's `exp` a fresh one is fetched and the session moved onto it. Default: a fifth of its life, between 1 s and 60 s. */
+  tokenRefreshLeadMs?: number;
+};
+
+/** The three states a client is in. */
+export type ConnectionState = 'connecting' | 'online' | 'offline';
+
+/** `notifications/tether.dev/manifest_applied`: what the edge kept of the catalog. */
+export interface ManifestReport {
+  seq: number;
+  kept: number;
+  dropped: { name: string; bytes: number; reason: string; detail?: string }[];
+}
+
+/** How a call ended, as the `callEnd` event reports it. */
+export type CallOutcome =
+  /** The handler returned; the result was sent. */
+  | 'ok'
+  /** The handler threw or returned `isError`; the error result was sent. */
+  | 'error'
+  /** The answer ceiling passed; the handler was aborted and a `device_timeout` error sent. */
+  | 'timeout'
+  /** The result exceeded `limits.resultBytes`; a `payload_too_large` error was sent instead. */
+  | 'too_large'
+  /** The tool is not in the catalog now; a `tool_unavailable` error was sent. */
+  | 'unavailable'
+  /** The edge cancelled the call; nothing was sent (the edge stopped waiting). */
+  | 'cancelled'
+  /** The socket closed first; nothing could be sent. */
+  | 'disconnected'
+  /** The application closed the client first. */
+  | 'closed';
+
+/** A call arrived (`callStart`). */
+export interface CallStart {
+  callId: string | number;
+  sessionId: string;
+  name: string;
+  arguments: JsonObject;
+}
+
+/** A call ended (`callEnd`). */
+export interface CallEnd extends CallStart {
+  outcome: CallOutcome;
+  /** The failure code sent, for `error`, `timeout`, `too_large` and `unavailable`. */
+  code?: string;
+  latencyMs: number;
+  /** Whether an answer was sent to the edge. */
+  answered: boolean;
+}
+
+/** The `offline` event. */
+export interface OfflineEvent {
+  /** What ended the last connection or attempt (`disconnected`, `closed`, `token_expired`, `http_401`, …). */
+  reason: string;
+  /** The WebSocket close code, when there was one. */
+  code?: number;
+  /** The HTTP status of a refused upgrade (Node only: browsers do not expose it). */
+  httpStatus?: number;
+  /** The close reason text the edge sent, if any. */
+  detail?: string;
+  willRetry: boolean;
+  retryInMs?: number;
+  error?: Error;
+}
+
+/** Every event a client emits, by name. */
+export interface ClientEvents {
+  /** The state changed. */
+  state: { state: ConnectionState };
+  /** A connection attempt started (1-based attempt number since the last stable session). */
+  connecting: { attempt: number };
+  /** A session is online; fires again with the new id when a reconnect or token refresh moves to a new session. */
+  online: { sessionId: string; seq: number };
+  offline: OfflineEvent;
+  callStart: CallStart;
+  callEnd: CallEnd;
+  /** The edge applied a catalog (`manifest_applied`), with what its caps dropped. */
+  manifest: ManifestReport & { sessionId: string };
+  /** Something went wrong that did not change the state (a bad frame, a failed token fetch). */
+  error: Error;
+}
