@@ -358,7 +358,9 @@ export class Session {
     const call = new RunningCall(request, this.#cfg.limits.answerCeilingMs);
     const tool = this.#cfg.catalog.tool(name);
     if (tool === undefined) {
-      const available = [...namespacedNames(this.#cfg.catalog.names()).values()];
+      const names = this.#cfg.catalog.names();
+      const namespaced = namespacedNames(names);
+      const available = names.map((n) => namespaced.get(n) ?? n);
       this.#answer(start, call, unavailableResult(name, available), 'unavailable');
       return;
     }

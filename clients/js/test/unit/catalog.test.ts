@@ -1,0 +1,104 @@
+/**
+ * The catalog: validation, seq, and pages that each fit one frame, with a
+ * read in progress surviving a navigation.
+ */
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { Catalog } from '../../dist/catalog.js';
+import { DEFAULT_LIMITS } from '../../dist/options.js';
+import { TetherError, type Tool } from '../../dist/node.js';
+
+function tool(name: string, descriptionChars = 20): Tool {
+  return { name, description: 'd'.repeat(descriptionChars), inputSchema: { type: 'object' }, handler: () => 'ok' };
+}
+const frameBytes = (result: object, id = 18_446_744_073_709_551_615n): number =>
+  Buffer.byteLength(`{"jsonrpc":"2.0","id":${id},"result":${JSON.stringify(result)}}`);
+
+describe('catalog', () => {
+  test('a small catalog is one page with the seq and the context', () => {
+    const c = new Catalog([tool('a'), tool('b')], { pointer: { screen: 'home' } }, DEFAULT_LIMITS);
+    const p = c.page(undefined);
+    assert.ok(p.ok);
+    assert.deepEqual(p.result, {
+      tools: [
+        { name: 'a', description: 'dddddddddddddddddddd', inputSchema: { type: 'object' } },
+        { name: 'b', description: 'dddddddddddddddddddd', inputSchema: { type: 'object' } },
+      ],
+      _meta: { 'tether.dev/seq': 1, 'tether.dev/context': { pointer: { screen: 'home' } } },
+    });
+  });
+
+  test('a large catalog is cut into pages that each fit the frame ceiling, in order, context on the first only', () => {
+    const tools = Array.from({ length: 32 }, (_, i) => tool(`tool${i}`, 1_800));
+    const c = new Catalog(tools, { pointer: 'p', snapshot: 's'.repeat(3_000) }, DEFAULT_LIMITS);
+    const names: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const p = c.page(cursor);
+      assert.ok(p.ok, p.ok ? '' : p.message);
+      pages += 1;
+      assert.ok(frameBytes(p.result) <= DEFAULT_LIMITS.frameBytes, `page ${pages} is ${frameBytes(p.result)} bytes`);
+      const meta = p.result['_meta'] as Record<string, unknown>;
+      assert.equal(meta['tether.dev/seq'], 1);
+      assert.equal('tether.dev/context' in meta, pages === 1);
+      for (const t of p.result['tools'] as { name: string }[]) names.push(t.name);
+      cursor = p.result['nextCursor'] as string | undefined;
+    } while (cursor !== undefined);
+    assert.ok(pages >= 4, `${pages} pages`);
+    assert.deepEqual(names, tools.map((t) => t.name));
+  });
+
+  test('a read that began before a navigation finishes on its own seq', () => {
+    const c = new Catalog(Array.from({ length: 20 }, (_, i) => tool(`old${i}`, 1_500)), undefined, DEFAULT_LIMITS);
+    const first = c.page(undefined);
+    assert.ok(first.ok);
+    const cursor = first.result['nextCursor'] as string;
+    assert.equal(c.update({ tools: [tool('new')] }), 2);
+    const second = c.page(cursor);
+    assert.ok(second.ok);
+    assert.equal((second.result['_meta'] as Record<string, unknown>)['tether.dev/seq'], 1);
+    assert.match((second.result['tools'] as { name: string }[])[0]!.name, /^old/);
+    const fresh = c.page(undefined);
+    assert.ok(fresh.ok);
+    assert.deepEqual((fresh.result['tools'] as { name: string }[]).map((t) => t.name), ['new']);
+  });
+
+  test('unknown and expired cursors are refused', () => {
+    const c = new Catalog([tool('a')], undefined, DEFAULT_LIMITS);
+    for (let i = 0; i < 5; i++) c.update({ tools: [tool(`t${i}`)] });
+    for (const cursor of ['garbage', '1:1', '2:0', '99:0']) {
+      const p = c.page(cursor);
+      assert.equal(p.ok, false, cursor);
+    }
+  });
+
+  test('invalid declarations throw invalid_tool and change nothing', () => {
+    const c = new Catalog([tool('keep')], undefined, DEFAULT_LIMITS);
+    const cases: [unknown, RegExp][] = [
+      [{ ...tool('x'), name: '' }, /non-empty name/],
+      [{ ...tool('x'), description: '' }, /description/],
+      [{ ...tool('x'), handler: undefined }, /handler/],
+      [{ ...tool('x'), inputSchema: { type: 'string' } }, /object/],
+      [{ ...tool('x'), inputSchema: [] }, /inputSchema/],
+      [{ ...tool('x'), inputSchema: { type: 'object', default: 1n } }, /not JSON-serializable/],
+      [tool('x', 2_100), /2048/],
+    ];
+    for (const [bad, re] of cases) {
+      assert.throws(() => c.update({ tools: [bad as Tool] }), (e: unknown) => e instanceof TetherError && e.code === 'invalid_tool' && re.test(e.message), String(re));
+    }
+    assert.equal(c.seq, 1);
+    assert.deepEqual(c.names(), ['keep']);
+  });
+
+  test('a context that leaves no room for a tool is refused', () => {
+    const c = new Catalog([tool('a', 1_900)], undefined, DEFAULT_LIMITS);
+    assert.throws(
+      () => c.update({ context: { snapshot: 'x'.repeat(14_000) } }),
+      (e: unknown) => e instanceof TetherError && e.code === 'invalid_context',
+    );
+    assert.equal(c.seq, 1);
+  });
+});

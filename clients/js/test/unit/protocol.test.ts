@@ -1,0 +1,261 @@
+/**
+ * The device side of the client link, frame by frame, against a scripted
+ * edge: what the client answers, when it says it is online, how it
+ * announces a moved catalog, and the paths a real edge cannot be made to
+ * take on demand (a call racing a navigation, a silent edge).
+ */
+
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { afterEach, describe, test } from 'node:test';
+
+import { CallAbortedError, TetherClient, type ConnectOptions, type Tool } from '../../dist/node.js';
+import { FakeEdge, type Frame } from '../helpers/fake.js';
+import { deferred, nextEvent, withTimeout } from '../helpers/wait.js';
+
+const made: TetherClient[] = [];
+afterEach(async () => {
+  await Promise.all(made.splice(0).map((c) => c.close()));
+});
+
+function tool(name: string, handler: Tool['handler'] = () => `${name} done`): Tool {
+  return { name, description: `The ${name} tool.`, inputSchema: { type: 'object' }, handler };
+}
+
+function client(edge: FakeEdge, options: Partial<ConnectOptions> = {}): TetherClient {
+  const c = new TetherClient(
+    { url: 'ws://fake:1', token: 'opaque', info: { name: 'unit', version: '0.0.1' }, tools: [tool('getVisibleScreen')], ...options } as ConnectOptions,
+    edge.dial,
+  );
+  made.push(c);
+  return c;
+}
+
+const fixture = (name: string): Frame =>
+  JSON.parse(readFileSync(new URL(`../../../../proto-fixtures/frames/client/${name}`, import.meta.url), 'utf8')) as Frame;
+
+describe('client link protocol', () => {
+  test('dials /v1/client offering tether.v1, answers initialize with serverInfo, listChanged, instructions and concept', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { concept: { instructions: 'Fieldkit is an app.', app: 'Fieldkit', nouns: ['work order'], cannot: ['approve'] } });
+    const peer = await edge.peer(0);
+    assert.equal(peer.request.url, 'ws://fake:1/v1/client');
+    assert.equal(peer.request.protocol, 'tether.v1');
+    assert.equal(peer.request.token, 'opaque');
+    peer.open();
+    const req = fixture('initialize.request.json');
+    peer.deliver(req);
+    const res = await peer.response(req['id'] as number);
+    assert.deepEqual(res['result'], {
+      protocolVersion: '2025-11-25',
+      serverInfo: { name: 'unit', version: '0.0.1' },
+      capabilities: { tools: { listChanged: true } },
+      instructions: 'Fieldkit is an app.',
+      _meta: { 'tether.dev/concept': { app: 'Fieldkit', nouns: ['work order'], cannot: ['approve'] } },
+    });
+    assert.equal(c.state, 'connecting', 'not online before the edge applied a manifest');
+  });
+
+  test('online after manifest_applied, with the session id from initialize; the report is an event', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge);
+    const manifest = nextEvent(c, 'manifest', 2_000);
+    const online = nextEvent(c, 'online', 2_000);
+    const peer = await edge.peer(0);
+    await peer.handshake('sess-42');
+    assert.deepEqual(await online, { sessionId: 'sess-42', seq: 1 });
+    assert.equal(c.sessionId, 'sess-42');
+    assert.deepEqual(await manifest, { sessionId: 'sess-42', seq: 1, kept: 1, dropped: [] });
+  });
+
+  test('ping is answered with {} under the same id; an unknown method gets -32601; garbage is reported and survived', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge);
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const ping = fixture('ping.request.json');
+    peer.deliver(ping);
+    assert.deepEqual(await peer.response('k1'), fixture('ping.response.json'));
+    const unknown = await peer.ask('resources/list');
+    assert.equal((unknown['error'] as Frame)['code'], -32601);
+    const problem = nextEvent(c, 'error', 2_000);
+    peer.deliver('{"jsonrpc":"2.0","id":');
+    assert.match((await problem).message, /not JSON-RPC/);
+    const again = await peer.ask('ping');
+    assert.deepEqual(again['result'], {});
+    assert.equal(c.state, 'online');
+  });
+
+  test('setTools and setContext in one tick send one list_changed with the final seq; the re-read serves the new catalog', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge);
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    c.setTools([tool('scanBarcode')]);
+    c.setContext({ pointer: { screen: 'scanner' } });
+    const changed = await peer.waitSent((f) => f['method'] === 'notifications/tools/list_changed');
+    assert.deepEqual(changed, { jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: { 'tether.dev/seq': 3 } } });
+    await withTimeout(Promise.resolve(), 50, 'a tick');
+    assert.equal(peer.sent.filter((f) => f['method'] === 'notifications/tools/list_changed').length, 1);
+    const page = await peer.ask('tools/list');
+    assert.deepEqual(page['result'], {
+      tools: [{ name: 'scanBarcode', description: 'The scanBarcode tool.', inputSchema: { type: 'object' } }],
+      _meta: { 'tether.dev/seq': 3, 'tether.dev/context': { pointer: { screen: 'scanner' } } },
+    });
+  });
+
+  test('a call that races a navigation gets tool_unavailable listing the namespaced names available now, stamped with the new seq', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { tools: [tool('openOrder'), tool('listOrders')] });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    c.setTools([tool('getCart'), tool('checkoutNow')]);
+    const ended = nextEvent(c, 'callEnd', 2_000);
+    const res = await peer.ask('tools/call', { name: 'openOrder', arguments: {}, _meta: { 'tether.dev/deadline_ms': 7000 } });
+    const result = res['result'] as Frame;
+    assert.equal(result['isError'], true);
+    assert.deepEqual(result['structuredContent'], { code: 'tool_unavailable', retryable: false, available: ['client__get_cart', 'client__checkout_now'] });
+    assert.deepEqual(result['_meta'], { 'tether.dev/seq': 2 });
+    assert.equal((await ended).outcome, 'unavailable');
+  });
+
+  test('a result exactly at the result cap is sent; one byte over is replaced by payload_too_large', async () => {
+    const edge = new FakeEdge();
+    let size = 0;
+    client(edge, { tools: [tool('blob', () => ({ content: [{ type: 'text', text: 'x'.repeat(size) }] }))], limits: { resultBytes: 1_000 } });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    // Frame bytes for a text of length n: fixed overhead + n. Find the overhead with n = 0.
+    const zero = await peer.ask('tools/call', { name: 'blob', arguments: {} });
+    const overhead = Buffer.byteLength(JSON.stringify(zero));
+    size = 1_000 - overhead;
+    const exact = await peer.ask('tools/call', { name: 'blob', arguments: {} });
+    assert.equal(Buffer.byteLength(JSON.stringify(exact)), 1_000);
+    assert.equal((exact['result'] as Frame)['isError'], undefined);
+    size += 1;
+    const over = await peer.ask('tools/call', { name: 'blob', arguments: {} });
+    const sc = (over['result'] as Frame)['structuredContent'] as Frame;
+    assert.equal(sc['code'], 'payload_too_large');
+    assert.equal(sc['limit'], 1_000);
+    assert.equal(sc['bytes'], 1_001);
+  });
+
+  test('the answer ceiling is configurable, and a handler that returns after it is ignored', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, {
+      tools: [tool('slow', async () => new Promise((r) => setTimeout(() => r('late'), 200)))],
+      limits: { answerCeilingMs: 50 },
+    });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const res = await peer.ask('tools/call', { name: 'slow', arguments: {} });
+    assert.deepEqual((res['result'] as Frame)['structuredContent'], { code: 'device_timeout', retryable: true });
+    const late = c.on('callEnd', () => assert.fail('a late handler must not produce a second outcome'));
+    await new Promise((r) => setTimeout(r, 250)); // let the handler finish: nothing more may be sent
+    late();
+    assert.equal(peer.sent.filter((f) => f['id'] === res['id']).length, 1);
+  });
+
+  test('notifications/cancelled for an unknown id is ignored; for a running call it aborts without an answer', async () => {
+    const edge = new FakeEdge();
+    const reason = deferred<CallAbortedError>();
+    client(edge, {
+      tools: [tool('wait', (_a, ctx) => new Promise((_, reject) => ctx.signal.addEventListener('abort', () => { reason.resolve(ctx.signal.reason as CallAbortedError); reject(new Error('stopped')); })))],
+    });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    peer.deliver({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 999, reason: 'nope' } });
+    peer.deliver({ jsonrpc: '2.0', id: 50, method: 'tools/call', params: { name: 'wait', arguments: {} } });
+    peer.deliver({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 50, reason: 'tether edge stopped waiting after 7000 ms' } });
+    const why = await withTimeout(reason.promise, 1_000, 'the abort');
+    assert.equal(why.why, 'cancelled');
+    const answer = await peer.ask('ping'); // a later frame arrives, so an answer to 50 would have been sent by now
+    assert.ok(answer);
+    assert.equal(peer.sent.filter((f) => f['id'] === 50).length, 0);
+  });
+
+  test('close() aborts running handlers with why "closed" and closes the socket with 1000', async () => {
+    const edge = new FakeEdge();
+    const reason = deferred<CallAbortedError>();
+    const c = client(edge, { tools: [tool('wait', (_a, ctx) => new Promise(() => ctx.signal.addEventListener('abort', () => reason.resolve(ctx.signal.reason as CallAbortedError))))] });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const started = nextEvent(c, 'callStart', 1_000);
+    peer.deliver({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'wait', arguments: {} } });
+    await started;
+    await c.close();
+    assert.equal((await withTimeout(reason.promise, 1_000, 'the abort')).why, 'closed');
+    assert.deepEqual(peer.closedBy, { code: 1000, reason: 'client closed' });
+  });
+
+  test('an edge that stops answering pings is declared dead and the client reconnects', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { heartbeat: { intervalMs: 40, timeoutMs: 80 }, backoff: { initialMs: 10, maxMs: 20 } });
+    const peer = await edge.peer(0);
+    const offline = nextEvent(c, 'offline', 2_000);
+    await peer.handshake();
+    const ping = await peer.waitSent((f) => f['method'] === 'ping', 1_000, 'a heartbeat ping');
+    assert.match(String(ping['id']), /ping/);
+    const off = await offline;
+    assert.equal(off.reason, 'heartbeat_timeout');
+    assert.equal(off.willRetry, true);
+    assert.equal(peer.closedBy?.code, 4000);
+    const second = await edge.peer(1);
+    const online = nextEvent(c, 'online', 2_000);
+    await second.handshake('sess-2');
+    assert.equal((await online).sessionId, 'sess-2');
+  });
+
+  test('answered pings keep the session: no reconnect', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { heartbeat: { intervalMs: 30, timeoutMs: 60 } });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const answered = new Set<unknown>();
+    while (answered.size < 5) {
+      const ping = await peer.waitSent((f) => f['method'] === 'ping' && !answered.has(f['id']), 1_000, 'a ping');
+      answered.add(ping['id']);
+      peer.deliver({ jsonrpc: '2.0', id: ping['id'] as string, result: {} });
+    }
+    assert.equal(c.state, 'online');
+    assert.equal(edge.peers.length, 1);
+  });
+
+  test('an edge that never initializes is abandoned after handshakeTimeoutMs', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { handshakeTimeoutMs: 100, backoff: { initialMs: 10, maxMs: 20 } });
+    const peer = await edge.peer(0);
+    peer.open();
+    const off = await nextEvent(c, 'offline', 2_000);
+    assert.equal(off.reason, 'handshake_timeout');
+    assert.equal(off.willRetry, true);
+    await edge.peer(1);
+  });
+
+  test('close codes from the edge are named and retried: 1012 drain, 1001 going away, 1008 policy', async () => {
+    const edge = new FakeEdge();
+    const c = client(edge, { backoff: { initialMs: 10, maxMs: 20 } });
+    const seen: string[] = [];
+    c.on('offline', (e) => seen.push(`${e.reason}:${String(e.willRetry)}`));
+    for (const [i, code] of [1012, 1001, 1008].entries()) {
+      const peer = await edge.peer(i);
+      await peer.handshake(`s${i}`);
+      peer.closeFromEdge(code, 'bye');
+    }
+    await edge.peer(3);
+    assert.deepEqual(seen, ['edge_draining:true', 'edge_going_away:true', 'policy:true']);
+  });
+
+  test('tool handlers get the call id, deadline and idempotency key from the frame', async () => {
+    const edge = new FakeEdge();
+    const got = deferred<unknown>();
+    client(edge, { tools: [tool('t', (args, ctx) => { got.resolve({ args, callId: ctx.callId, deadline: ctx.deadlineMs, key: ctx.idempotencyKey, session: ctx.sessionId }); return 'ok'; })] });
+    const peer = await edge.peer(0);
+    await peer.handshake('sess-9');
+    const call = fixture('tools_call.request.json');
+    const params = call['params'] as Frame;
+    params['name'] = 't';
+    peer.deliver(call);
+    assert.deepEqual(await got.promise, { args: { symbologies: ['qr'] }, callId: 3, deadline: 7000, key: 'turn-41:call-2', session: 'sess-9' });
+  });
+});
