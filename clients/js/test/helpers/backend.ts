@@ -26,6 +26,18 @@ export class RpcError extends Error {
   }
 }
 
+/** The `RpcError` a request failed with; fails the test if it succeeded or failed otherwise. */
+export async function rpcError(pending: Promise<unknown>): Promise<RpcError> {
+  let value: unknown;
+  try {
+    value = await pending;
+  } catch (err) {
+    if (err instanceof RpcError) return err;
+    throw err;
+  }
+  throw new Error(`expected an error, got ${JSON.stringify(value)}`);
+}
+
 export interface SessionInfo {
   session: string;
   principal: string;

@@ -1,0 +1,129 @@
+/**
+ * The example page in headless Chromium (Debian's, driven by playwright-core;
+ * no browser is downloaded). The page is a device: it declares tools with the
+ * SDK's browser build loaded as plain ES modules; the test plays the agent
+ * backend through a real edge and reads the DOM.
+ */
+
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+import { chromium, type Browser, type Page } from 'playwright-core';
+
+import { rpcError } from '../helpers/backend.js';
+import { Fixture } from '../helpers/fixture.js';
+import { withTimeout } from '../helpers/wait.js';
+
+const EXAMPLE = resolve(fileURLToPath(import.meta.url), '../../../../../examples/browser');
+const CHROMIUM = process.env['CHROMIUM'] ?? '/usr/bin/chromium';
+
+interface StaticServer {
+  url: string;
+  close(): Promise<void>;
+}
+type ServeModule = { startServer(o: { port: number; host: string }): Promise<StaticServer> };
+
+describe('browser example page', () => {
+  let fx: Fixture;
+  let server: StaticServer;
+  let browser: Browser;
+  let page: Page;
+  let session: string;
+  const pageErrors: string[] = [];
+
+  before(async () => {
+    fx = await Fixture.start();
+    const serve = (await import(pathToFileURL(join(EXAMPLE, 'serve.mjs')).href)) as ServeModule;
+    server = await serve.startServer({ port: 0, host: '127.0.0.1' });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless'] });
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    page.on('console', (m) => {
+      if (m.type() === 'error') pageErrors.push(m.text());
+    });
+    const query = new URLSearchParams({ edge: fx.edge.url, token: fx.userToken() });
+    await page.goto(`${server.url}/?${query}`);
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+    await fx?.dispose();
+  });
+
+  test('the page connects, shows it is online and lists its tools under the names the model sees', async () => {
+    await page.waitForSelector('#state[data-state="online"]', { timeout: 10_000 });
+    session = (await page.textContent('#session')) ?? '';
+    assert.match(session, /^[0-9a-f-]{36}$/);
+    assert.doesNotMatch(page.url(), /token=/, 'the token is taken out of the address bar');
+    await fx.backend.waitForSession(session);
+    const m = await fx.backend.tools(session);
+    const names = m.tools.map((t) => t.name).sort();
+    assert.deepEqual(names, ['client__get_visible_screen', 'client__open_product', 'client__search_products']);
+    const shown = await page.$$eval('#tools li', (lis) => lis.map((li) => li.getAttribute('data-tool')));
+    assert.deepEqual([...shown].sort(), names);
+    assert.equal(m.concept?.['app'], 'Outdoor shop (web)');
+    assert.deepEqual(m.context, { pointer: { screen: 'catalog' }, snapshot: { products: 4 } });
+  });
+
+  test('calls from the backend run in the page and each one appears in the log with its outcome and latency', async () => {
+    const r = await fx.call(session, 'client__search_products', { query: 'shoe' });
+    assert.deepEqual(r.result.structuredContent, { products: [{ id: 'P-1', name: 'Trail running shoes', price: 89, stock: 4 }] });
+    const row = page.locator('#calls tr[data-tool="searchProducts"]');
+    await row.locator('[data-outcome="ok"]').waitFor({ timeout: 5_000 });
+    assert.match((await row.locator('.latency').textContent()) ?? '', /^\d+ ms$/);
+    assert.match((await row.locator('.args').textContent()) ?? '', /"query":"shoe"/);
+
+    const failed = await fx.call(session, 'client__open_product', { productId: 'P-404' });
+    assert.deepEqual(failed.result.structuredContent, { code: 'not_found', retryable: false });
+    await page.locator('#calls tr[data-tool="openProduct"] .outcome', { hasText: 'error: not_found' }).waitFor({ timeout: 5_000 });
+  });
+
+  test('the agent navigates through a tool: the result brings the new manifest', async () => {
+    const r = await fx.call(session, 'client__open_product', { productId: 'P-2' }, { bound_seq: 1 });
+    assert.deepEqual(r.manifest?.tools.map((t) => t.name).sort(), ['client__add_to_cart', 'client__get_visible_screen']);
+    const add = await fx.call(session, 'client__add_to_cart', { quantity: 1 });
+    assert.deepEqual(add.result.structuredContent, { code: 'out_of_stock', retryable: false });
+  });
+
+  test('the user navigates mid-turn: the manifest changes and a call to the tool that left gets tool_unavailable listing what is there now', async () => {
+    const before = (await fx.backend.tools(session)).seq;
+    await page.click('nav button[data-screen="cart"]');
+    await fx.backend.notification('notifications/tools/list_changed', (p) => p['session'] === session && Number(p['seq']) > before, 5_000);
+    await page.locator('#tools li[data-tool="client__confirm_checkout"]').waitFor({ timeout: 5_000 });
+    const err = await rpcError(fx.call(session, 'client__add_to_cart', { quantity: 1 }));
+    assert.equal(err.kind, 'tool_unavailable');
+    assert.deepEqual([...(err.data['available'] as string[])].sort(), ['client__confirm_checkout', 'client__get_cart', 'client__get_visible_screen']);
+  });
+
+  test('a screenshot of the page for the README', async () => {
+    const out = process.env['TETHER_SCREENSHOT'] ?? join(mkdtempSync(join(tmpdir(), 'tether-shot-')), 'screenshot.png');
+    await fx.call(session, 'client__get_cart');
+    await page.locator('#calls tr[data-tool="getCart"][data-outcome="ok"]').waitFor({ timeout: 5_000 });
+    await page.screenshot({ path: out, fullPage: true });
+    const png = readFileSync(out);
+    assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'a PNG file');
+    assert.ok(png.length > 10_000, `screenshot is ${png.length} bytes`);
+  });
+
+  test('closing the tab fails a call in flight with channel_closed at once, well within the 7 s leg', async () => {
+    const call = rpcError(fx.call(session, 'client__confirm_checkout'));
+    call.catch(() => undefined); // awaited below; do not let an early outcome go unhandled meanwhile
+    await page.locator('#confirm:not([hidden])').waitFor({ timeout: 5_000 });
+    await page.locator('#calls tr[data-tool="confirmCheckout"][data-outcome="running"]').waitFor({ timeout: 5_000 });
+    const closedAt = Date.now();
+    await page.close();
+    const err = await withTimeout(call, 7_000, 'the in-flight call to fail');
+    const took = Date.now() - closedAt;
+    assert.equal(err.kind, 'channel_closed');
+    assert.ok(took < 1_500, `failed ${took} ms after the tab closed (the client's own ceiling is 2000 ms, the edge's leg 7000 ms)`);
+    await fx.backend.notification('notifications/session/closed', (p) => p['session'] === session, 2_000);
+  });
+
+  test('the page raised no errors', () => {
+    assert.deepEqual(pageErrors, []);
+  });
+});

@@ -1,0 +1,152 @@
+// The app this tab pretends to be: a small outdoor shop with three screens.
+// Each screen offers the model the tools that make sense *there*, and tells it
+// where the user is (the context). Navigating — by the user clicking, or by
+// the agent through a tool — changes both, which is what setTools/setContext
+// exist for.
+
+import { ToolError } from './sdk/browser.js';
+
+export const PRODUCTS = [
+  { id: 'P-1', name: 'Trail running shoes', price: 89, stock: 4 },
+  { id: 'P-2', name: 'Rain shell jacket', price: 149, stock: 0 },
+  { id: 'P-3', name: 'Merino wool socks', price: 14, stock: 25 },
+  { id: 'P-4', name: 'Headlamp 400 lm', price: 39, stock: 7 },
+];
+
+const noArgs = { type: 'object', properties: {}, additionalProperties: false };
+
+export class Shop {
+  screen = 'catalog';
+  productId = 'P-1';
+  /** @type {{productId: string, quantity: number}[]} */
+  cart = [];
+  /** The question on screen while confirmCheckout waits for the user, with its answer callback. */
+  pendingConfirm = null;
+
+  /** @param {() => void} onChange called after every change of screen or state */
+  constructor(onChange) {
+    this.onChange = onChange;
+  }
+
+  product(id = this.productId) {
+    return PRODUCTS.find((p) => p.id === id);
+  }
+
+  navigate(screen, productId) {
+    this.screen = screen;
+    if (productId !== undefined) this.productId = productId;
+    this.onChange();
+  }
+
+  /** Where the user is, for the model: information, never instructions. */
+  context() {
+    const pointer = { screen: this.screen };
+    if (this.screen === 'product') pointer.productId = this.productId;
+    const snapshot = this.screen === 'cart' ? { items: this.cart.length, total: this.total() } : this.screen === 'product' ? { product: this.product()?.name } : { products: PRODUCTS.length };
+    return { pointer, snapshot };
+  }
+
+  total() {
+    return this.cart.reduce((sum, item) => sum + (this.product(item.productId)?.price ?? 0) * item.quantity, 0);
+  }
+
+  /** The tools on the current screen. */
+  tools() {
+    const common = [
+      {
+        name: 'getVisibleScreen',
+        title: 'Read the screen',
+        description: 'Returns the screen the shopper is looking at and what is on it.',
+        inputSchema: noArgs,
+        annotations: { readOnlyHint: true },
+        handler: () => ({ screen: this.screen, ...this.context().snapshot }),
+      },
+    ];
+    switch (this.screen) {
+      case 'catalog':
+        return [...common, this.#searchProducts(), this.#openProduct()];
+      case 'product':
+        return [...common, this.#addToCart()];
+      default:
+        return [...common, this.#getCart(), this.#confirmCheckout()];
+    }
+  }
+
+  #searchProducts() {
+    return {
+      name: 'searchProducts',
+      description: 'Searches the catalog by name; returns matching products with price and stock.',
+      inputSchema: { type: 'object', properties: { query: { type: 'string', minLength: 1 } }, required: ['query'] },
+      annotations: { readOnlyHint: true },
+      handler: ({ query }) => {
+        const q = String(query ?? '').toLowerCase();
+        return { products: PRODUCTS.filter((p) => p.name.toLowerCase().includes(q)) };
+      },
+    };
+  }
+
+  #openProduct() {
+    return {
+      name: 'openProduct',
+      description: 'Opens a product page for the shopper (navigates the app).',
+      inputSchema: { type: 'object', properties: { productId: { type: 'string' } }, required: ['productId'] },
+      handler: ({ productId }) => {
+        const p = this.product(String(productId));
+        if (p === undefined) throw new ToolError('not_found', `There is no product ${productId}; search first.`);
+        this.navigate('product', p.id);
+        return { opened: p };
+      },
+    };
+  }
+
+  #addToCart() {
+    return {
+      name: 'addToCart',
+      description: 'Adds the product on screen to the cart.',
+      inputSchema: { type: 'object', properties: { quantity: { type: 'integer', minimum: 1, maximum: 10 } }, required: ['quantity'] },
+      handler: ({ quantity }) => {
+        const p = this.product();
+        if (p.stock === 0) throw new ToolError('out_of_stock', `${p.name} is out of stock.`, { retryable: false });
+        this.cart.push({ productId: p.id, quantity: Number(quantity) || 1 });
+        this.onChange();
+        return { cartItems: this.cart.length, total: this.total() };
+      },
+    };
+  }
+
+  #getCart() {
+    return {
+      name: 'getCart',
+      description: 'Returns the items in the cart and the total.',
+      inputSchema: noArgs,
+      annotations: { readOnlyHint: true },
+      handler: () => ({ items: this.cart.map((i) => ({ ...i, name: this.product(i.productId)?.name })), total: this.total() }),
+    };
+  }
+
+  #confirmCheckout() {
+    return {
+      name: 'confirmCheckout',
+      description: 'Asks the shopper to confirm the order on screen; fails with user_declined if they say no.',
+      inputSchema: noArgs,
+      annotations: { destructiveHint: true },
+      handler: (_args, ctx) =>
+        new Promise((resolve, reject) => {
+          const finish = (approved) => {
+            this.pendingConfirm = null;
+            this.onChange();
+            if (approved) resolve({ orderId: `O-${Date.now() % 100000}`, total: this.total() });
+            else reject(new ToolError('user_declined', 'The shopper declined the order.'));
+          };
+          this.pendingConfirm = { text: `Place the order for ${this.total()} €?`, answer: finish };
+          this.onChange();
+          // Nobody waits any more (ceiling, cancel, disconnect): take the question off the screen.
+          ctx.signal.addEventListener('abort', () => {
+            this.pendingConfirm = null;
+            this.onChange();
+            reject(ctx.signal.reason);
+          });
+        }),
+    };
+  }
+}
