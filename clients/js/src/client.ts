@@ -273,7 +273,7 @@ export class TetherClient {
     if (this.#closed) return;
     if (s === this.#next) {
       this.#next = undefined;
-      this.#events.emit('error', new TetherError('unauthenticated', `moving to a fresh token failed (${end.reason || end.why}); retrying`));
+      this.#events.emit('error', new TetherError('refresh_failed', `moving to a fresh token failed (${end.reason || end.why}); keeping the current session`));
       this.#retryRefresh();
       return;
     }

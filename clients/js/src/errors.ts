@@ -23,6 +23,8 @@ export type TetherErrorCode =
   | 'unauthenticated'
   /** `getToken()` failed or returned something that is not a token. */
   | 'token_unavailable'
+  /** Moving to a fresh token failed (the new session did not come online); the old one is kept. */
+  | 'refresh_failed'
   /** The edge refused the upgrade for a reason retrying cannot fix (400, 403, 404). */
   | 'refused'
   /** Reconnecting gave up after `backoff.maxAttempts` failures. */

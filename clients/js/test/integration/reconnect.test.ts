@@ -84,6 +84,15 @@ describe('reconnect', () => {
     await client.close();
   });
 
+  test('the edge answers the client\'s JSON-RPC heartbeats, so a quiet session stays online', async () => {
+    const client = fx.client({ tools: [tool('x')], heartbeat: { intervalMs: 30, timeoutMs: 150 } });
+    await client.ready(5_000);
+    // Unanswered pings would end the session after about 180 ms with heartbeat_timeout.
+    await assert.rejects(nextEvent(client, 'offline', 600), /timed out/);
+    assert.equal(client.state, 'online');
+    await client.close();
+  });
+
   test('close() stops reconnecting: the client stays offline and ready() rejects', async () => {
     const client = fx.client({ tools: [tool('x')] });
     await client.ready(5_000);
