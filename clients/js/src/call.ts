@@ -6,7 +6,7 @@
 import { CallAbortedError, failureOf, type AbortWhy, type Failure } from './errors.js';
 import type { JsonObject } from './json.js';
 import type { Id } from './jsonrpc.js';
-import type { Tool, ToolContext, ToolReturn } from './types.js';
+import type { AnyTool, ToolContext, ToolReturn } from './types.js';
 
 /** What the edge asked for. */
 export interface CallRequest {
@@ -63,7 +63,7 @@ export class RunningCall {
    * or throw, or the signal (ceiling, cancel, disconnect, close). A handler
    * that ignores the signal keeps running, but its late outcome is dropped.
    */
-  run(tool: Tool): Promise<Settled> {
+  run(tool: AnyTool): Promise<Settled> {
     const signal = this.#controller.signal;
     const req = this.request;
     const ctx: ToolContext = {
@@ -89,7 +89,8 @@ export class RunningCall {
       };
       let pending: ToolReturn | Promise<ToolReturn>;
       try {
-        pending = tool.handler(req.arguments, ctx);
+        // The handler's argument type is the application's claim; the wire gives JSON.
+        pending = tool.handler(req.arguments as never, ctx);
       } catch (err) {
         settle({ kind: 'threw', failure: failureOf(err) });
         return;

@@ -13,7 +13,7 @@
 import { TetherError, type TetherErrorCode } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { Meta } from './jsonrpc.js';
-import type { AppContext, Limits, Tool } from './types.js';
+import type { AnyTool, AppContext, Limits } from './types.js';
 
 /** How many past seqs keep their pages for reads still in progress. */
 const KEPT_SNAPSHOTS = 4;
@@ -44,7 +44,8 @@ function asJson(value: unknown, what: string, code: TetherErrorCode): JsonObject
 }
 
 /** The wire declaration of a tool (everything but the handler), validated. */
-export function declarationOf(tool: Tool, limits: Limits): JsonObject {
+export function declarationOf(tool: AnyTool, limits: Limits): JsonObject {
+  if (typeof tool !== 'object' || tool === null) throw new TetherError('invalid_tool', `each tool must be an object (got ${String(tool)})`);
   const label = typeof tool.name === 'string' ? `tool "${tool.name}"` : 'a tool';
   if (typeof tool.name !== 'string' || tool.name === '') throw new TetherError('invalid_tool', `${label} needs a non-empty name`);
   if (typeof tool.description !== 'string' || tool.description === '') {
@@ -128,11 +129,11 @@ function paginate(decls: JsonObject[], seq: number, context: JsonObject | undefi
 export class Catalog {
   readonly #limits: Limits;
   #seq: number;
-  #tools = new Map<string, Tool>();
+  #tools = new Map<string, AnyTool>();
   #context: AppContext | undefined;
   readonly #snapshots = new Map<number, Snapshot>();
 
-  constructor(tools: readonly Tool[], context: AppContext | undefined, limits: Limits, seq = 1) {
+  constructor(tools: readonly AnyTool[], context: AppContext | undefined, limits: Limits, seq = 1) {
     this.#limits = limits;
     this.#seq = seq - 1;
     this.update({ tools, context });
@@ -149,7 +150,7 @@ export class Catalog {
   }
 
   /** The tool with this device-side name in the current catalog. */
-  tool(name: string): Tool | undefined {
+  tool(name: string): AnyTool | undefined {
     return this.#tools.get(name);
   }
 
@@ -162,11 +163,11 @@ export class Catalog {
    * Replaces the tools and/or the context and moves the seq. Validates first:
    * on a throw nothing changed.
    */
-  update(change: { tools?: readonly Tool[] | undefined; context?: AppContext | undefined }): number {
+  update(change: { tools?: readonly AnyTool[] | undefined; context?: AppContext | undefined }): number {
     const tools = change.tools ?? [...this.#tools.values()];
     const context = 'context' in change ? change.context : this.#context;
     if (!Array.isArray(tools)) throw new TetherError('invalid_tool', 'tools must be an array');
-    const byName = new Map<string, Tool>();
+    const byName = new Map<string, AnyTool>();
     const decls: JsonObject[] = [];
     for (const tool of tools) {
       const decl = declarationOf(tool, this.#limits);

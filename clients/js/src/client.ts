@@ -18,7 +18,7 @@ import { resolveOptions, type Resolved } from './options.js';
 import { Session, type SessionEnd, type SessionHooks } from './session.js';
 import { MIN_TOKEN_LIFE_MS, refreshDelay, tokenExpiry } from './token.js';
 import type { Dial } from './transport.js';
-import type { AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent, Tool } from './types.js';
+import type { AnyTool, AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent } from './types.js';
 
 type Failure = Omit<OfflineEvent, 'willRetry' | 'retryInMs'> & { fatal?: TetherError };
 
@@ -91,7 +91,7 @@ export class TetherClient {
    * is told with `list_changed` and re-reads. Throws `TetherError` on an
    * invalid tool, leaving the catalog as it was. Returns the new seq.
    */
-  setTools(tools: readonly Tool[]): number {
+  setTools(tools: readonly AnyTool[]): number {
     return this.update({ tools });
   }
 
@@ -101,7 +101,7 @@ export class TetherClient {
   }
 
   /** Replaces tools and context together, as one seq. */
-  update(change: { tools?: readonly Tool[]; context?: AppContext | undefined }): number {
+  update(change: { tools?: readonly AnyTool[]; context?: AppContext | undefined }): number {
     const seq = this.#catalog.update(change);
     this.#queueAnnounce();
     return seq;
@@ -318,8 +318,15 @@ export class TetherClient {
       return { ...base, reason };
     }
     switch (end.code) {
-      case 1008:
+      case 1008: {
+        // The edge closes at the token's expiry; a fixed token cannot be renewed, so retrying would only loop.
+        const exp = this.#options.getToken === undefined ? tokenExpiry(this.#options.token ?? '') : undefined;
+        if (exp !== undefined && exp - Date.now() < MIN_TOKEN_LIFE_MS) {
+          const fatal = new TetherError('unauthenticated', `the token expired at ${new Date(exp).toISOString()} and the edge closed the session; pass getToken to have fresh ones fetched`);
+          return { ...base, reason: 'token_expired', fatal, error: fatal };
+        }
         return { ...base, reason: 'policy' };
+      }
       case 1012:
         return { ...base, reason: 'edge_draining' };
       case 1001:

@@ -84,6 +84,13 @@ export interface Tool<A = JsonObject> {
   handler(args: A, ctx: ToolContext): ToolReturn | Promise<ToolReturn>;
 }
 
+/**
+ * A tool of any argument type, as a catalog holds them: `Tool<WeatherArgs>`
+ * and `Tool<CartArgs>` both fit. (The SDK passes each handler the arguments
+ * the backend sent; the backend's core checked them against `inputSchema`.)
+ */
+export type AnyTool = Tool<never>;
+
 /** `{name, version}` of the application, sent as MCP `serverInfo`. */
 export interface ClientInfo {
   name: string;
@@ -157,7 +164,7 @@ export type ConnectOptions = TokenOption & {
   url: string;
   info: ClientInfo;
   concept?: Concept;
-  tools?: readonly Tool[];
+  tools?: readonly AnyTool[];
   context?: AppContext;
   limits?: Partial<Limits>;
   backoff?: Partial<BackoffOptions>;

@@ -111,10 +111,10 @@ describe('token expiry', () => {
       token: fx.edge.token('tether-client', { ttl: '2s' }),
     });
     await client.ready(5_000);
-    const first = await nextEvent(client, 'offline', 5_000);
-    assert.equal(first.code, 1008);
-    const final = first.willRetry ? await nextEvent(client, 'offline', 5_000) : first;
-    assert.equal(final.willRetry, false);
+    const final = await nextEvent(client, 'offline', 5_000);
+    assert.equal(final.code, 1008);
+    assert.equal(final.reason, 'token_expired');
+    assert.equal(final.willRetry, false, 'no reconnect with a token that cannot work');
     assert.ok(final.error instanceof TetherError && final.error.code === 'unauthenticated', String(final.error));
     assert.match(final.error.message, /getToken/);
   });

@@ -78,6 +78,7 @@ describe('catalog', () => {
   test('invalid declarations throw invalid_tool and change nothing', () => {
     const c = new Catalog([tool('keep')], undefined, DEFAULT_LIMITS);
     const cases: [unknown, RegExp][] = [
+      [null, /must be an object/],
       [{ ...tool('x'), name: '' }, /non-empty name/],
       [{ ...tool('x'), description: '' }, /description/],
       [{ ...tool('x'), handler: undefined }, /handler/],
