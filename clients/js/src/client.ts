@@ -14,13 +14,12 @@ import { backoffDelay } from './backoff.js';
 import { Catalog } from './catalog.js';
 import { TetherError } from './errors.js';
 import { Emitter } from './emitter.js';
+import { classifyEnd, type Failure } from './ending.js';
 import { resolveOptions, type Resolved } from './options.js';
 import { Session, type SessionEnd, type SessionHooks } from './session.js';
 import { MIN_TOKEN_LIFE_MS, refreshDelay, tokenExpiry } from './token.js';
 import type { Dial } from './transport.js';
 import type { AnyTool, AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent } from './types.js';
-
-type Failure = Omit<OfflineEvent, 'willRetry' | 'retryInMs'> & { fatal?: TetherError };
 
 export class TetherClient {
   readonly #events = new Emitter<ClientEvents>();
@@ -288,52 +287,7 @@ export class TetherClient {
       return;
     }
     if (end.wasOnline && end.onlineMs >= this.#cfg.backoff.stableMs) this.#failures = 0;
-    this.#afterFailure(this.#classify(end));
-  }
-
-  /** Names what ended a session, and whether retrying can help. */
-  #classify(end: SessionEnd): Failure {
-    const base = {
-      code: end.code,
-      ...(end.httpStatus === undefined ? {} : { httpStatus: end.httpStatus }),
-      ...(end.reason === '' ? {} : { detail: end.reason }),
-      ...(end.error === undefined ? {} : { error: end.error }),
-    };
-    if (end.why === 'transport_unavailable') {
-      const fatal = end.error instanceof TetherError ? end.error : new TetherError('transport_unavailable', end.reason);
-      return { ...base, reason: end.why, fatal, error: fatal };
-    }
-    if (end.why !== 'disconnected') return { ...base, reason: end.why };
-    const status = end.httpStatus;
-    if (status !== undefined) {
-      const reason = `http_${status}`;
-      if (status === 401 && this.#options.getToken === undefined) {
-        const fatal = new TetherError('unauthenticated', `the edge refused the token (HTTP 401: ${end.reason}); pass getToken to have fresh ones fetched`);
-        return { ...base, reason, fatal, error: fatal };
-      }
-      if (status === 400 || status === 403 || status === 404) {
-        const fatal = new TetherError('refused', `the edge refused the connection with HTTP ${status} (${end.reason}); check the url, subprotocol and allowed origins`);
-        return { ...base, reason, fatal, error: fatal };
-      }
-      return { ...base, reason };
-    }
-    switch (end.code) {
-      case 1008: {
-        // The edge closes at the token's expiry; a fixed token cannot be renewed, so retrying would only loop.
-        const exp = this.#options.getToken === undefined ? tokenExpiry(this.#options.token ?? '') : undefined;
-        if (exp !== undefined && exp - Date.now() < MIN_TOKEN_LIFE_MS) {
-          const fatal = new TetherError('unauthenticated', `the token expired at ${new Date(exp).toISOString()} and the edge closed the session; pass getToken to have fresh ones fetched`);
-          return { ...base, reason: 'token_expired', fatal, error: fatal };
-        }
-        return { ...base, reason: 'policy' };
-      }
-      case 1012:
-        return { ...base, reason: 'edge_draining' };
-      case 1001:
-        return { ...base, reason: 'edge_going_away' };
-      default:
-        return { ...base, reason: 'disconnected' };
-    }
+    this.#afterFailure(classifyEnd(end, this.#options.getToken === undefined ? this.#options.token ?? '' : undefined));
   }
 
   /** After a failed attempt or a lost session: give up, or go offline and schedule the next attempt. */

@@ -8,10 +8,12 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 
 import { backoffDelay, DEFAULT_BACKOFF, resolveBackoff } from '../../dist/backoff.js';
+import { classifyEnd } from '../../dist/ending.js';
 import { failureOf, ToolError } from '../../dist/errors.js';
 import { namespacedNames, slug } from '../../dist/names.js';
 import { clientUrl, resolveOptions } from '../../dist/options.js';
 import { resultOf } from '../../dist/results.js';
+import type { SessionEnd } from '../../dist/session.js';
 import { refreshDelay, tokenExpiry } from '../../dist/token.js';
 import { withAccessToken } from '../../dist/transport-browser.js';
 import { TetherError } from '../../dist/node.js';
@@ -128,5 +130,31 @@ describe('options', () => {
   });
   test('browsers carry the token in access_token', () => {
     assert.equal(withAccessToken('ws://h:1/v1/client', 'a.b.c'), 'ws://h:1/v1/client?access_token=a.b.c');
+  });
+});
+
+describe('why a session ended', () => {
+  const end = (o: object): SessionEnd => ({ code: 1006, reason: '', why: 'disconnected', wasOnline: false, onlineMs: 0, ...o }) as SessionEnd;
+  const expired = jwt({ sub: 'mira', exp: Math.floor(Date.now() / 1000) - 1 });
+  const fresh = jwt({ sub: 'mira', exp: Math.floor(Date.now() / 1000) + 3600 });
+  const verdict = (e: SessionEnd, fixed: string | undefined): string => {
+    const f = classifyEnd(e, fixed);
+    return `${f.reason}${f.fatal === undefined ? '' : `!${f.fatal.code}`}`;
+  };
+  test('only what retrying cannot fix is fatal', () => {
+    assert.equal(verdict(end({ httpStatus: 401 }), fresh), 'http_401!unauthenticated');
+    assert.equal(verdict(end({ httpStatus: 401 }), undefined), 'http_401', 'getToken may bring a better token');
+    assert.equal(verdict(end({ httpStatus: 404 }), undefined), 'http_404!refused');
+    assert.equal(verdict(end({ httpStatus: 403 }), undefined), 'http_403!refused');
+    assert.equal(verdict(end({ httpStatus: 429 }), fresh), 'http_429');
+    assert.equal(verdict(end({ httpStatus: 503 }), fresh), 'http_503');
+    assert.equal(verdict(end({ code: 1008 }), expired), 'token_expired!unauthenticated');
+    assert.equal(verdict(end({ code: 1008 }), fresh), 'policy');
+    assert.equal(verdict(end({ code: 1008 }), undefined), 'policy');
+    assert.equal(verdict(end({ code: 1012 }), fresh), 'edge_draining');
+    assert.equal(verdict(end({ code: 1001 }), fresh), 'edge_going_away');
+    assert.equal(verdict(end({ code: 1006 }), fresh), 'disconnected');
+    assert.equal(verdict(end({ why: 'heartbeat_timeout', code: 4000 }), fresh), 'heartbeat_timeout');
+    assert.equal(verdict(end({ why: 'transport_unavailable', reason: 'no ws' }), fresh), 'transport_unavailable!transport_unavailable');
   });
 });
