@@ -208,3 +208,41 @@ describe('calls', () => {
     assert.equal(s.result.structuredContent?.['code'], 'device_timeout');
   });
 });
+
+describe('an edge whose tool_call leg is shorter than the client ceiling', () => {
+  let fx: Fixture;
+  before(async () => {
+    // [budgets] from docs/OPERATIONS.md: the edge stops waiting after 1 s and sends notifications/cancelled.
+    fx = await Fixture.start({ config: '[budgets]\nclient_answer_ms = 500\ntool_call_ms = 1000\n' });
+  });
+  after(async () => fx?.dispose());
+
+  test('the edge cancels at its leg: the signal fires with why "cancelled" and the backend gets timeout', async () => {
+    const reason = deferred<CallAbortedError>();
+    const client = fx.client({
+      tools: [
+        {
+          name: 'slowScan',
+          description: 'Waits for the camera.',
+          inputSchema: obj,
+          handler: (_a, ctx) =>
+            new Promise((_, reject) =>
+              ctx.signal.addEventListener('abort', () => {
+                reason.resolve(ctx.signal.reason as CallAbortedError);
+                reject(ctx.signal.reason as Error);
+              }),
+            ),
+        },
+      ],
+    });
+    const session = await fx.online(client);
+    const started = Date.now();
+    const err = await rpcError(fx.call(session, 'client__slow_scan'));
+    assert.equal(err.kind, 'timeout');
+    assert.equal(err.data['budget_ms'], 1000);
+    const why = await withTimeout(reason.promise, 2_000, 'the cancel to reach the handler');
+    assert.equal(why.why, 'cancelled');
+    const took = Date.now() - started;
+    assert.ok(took < 1_900, `cancelled after ${took} ms: before the client's own 2000 ms ceiling`);
+  });
+});
