@@ -2,7 +2,8 @@
 //!
 //! `tether serve` runs the edge; `tether token` mints credentials with the
 //! edge's secret; `tether sim-device` connects a simulated device;
-//! `tether call` and `tether sessions` drive the backend link from a shell.
+//! `tether call` and `tether sessions` drive the backend link from a shell;
+//! `tether bridge` presents a stdio MCP server to the edge as a device.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,6 +80,24 @@ enum Command {
         /// Data directory holding the secret.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Present a stdio MCP server to the edge as a device (restarted if it exits).
+    Bridge {
+        /// Edge address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// A tether-client token; without it one is minted with the local secret for --sub.
+        #[arg(long, env = "TETHER_DEVICE_TOKEN")]
+        token: Option<String>,
+        /// Principal of the minted token.
+        #[arg(long, default_value = "mira")]
+        sub: String,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The MCP server and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
     /// Call a tool on a session, as an agent backend would.
     Call {
@@ -363,6 +382,18 @@ async fn run(cli: Cli) -> Result<(), String> {
                 _ = tokio::signal::ctrl_c() => Ok(()),
             }
         }
+        Command::Bridge { edge, token, sub, data_dir, command } => {
+            let token = match token {
+                Some(token) => token,
+                None => keys(data_dir)?
+                    .issue(&sub, tether_contract::AUD_CLIENT, Duration::from_secs(86_400))
+                    .map_err(|e| e.to_string())?,
+            };
+            let shutdown = CancellationToken::new();
+            install_signals(shutdown.clone(), shutdown.clone())?;
+            let config = tether_bridge::BridgeConfig::new(edge, token, command);
+            tether_bridge::run(config, shutdown).await.map_err(|e| e.to_string())
+        }
         Command::Call { session, tool, args, edge, data_dir } => {
             let arguments: Value =
                 serde_json::from_str(&args).map_err(|e| format!("--args is not valid JSON: {e}"))?;
@@ -577,6 +608,8 @@ async fn main() -> ExitCode {
         Command::Serve { .. } => {}
         // A soak injects faults on purpose; their warnings would drown the report.
         Command::Soak { .. } => init_tracing("error", LogFormat::Pretty),
+        // The bridge's log carries the MCP server's stderr (target mcp_server) at info.
+        Command::Bridge { .. } => init_tracing("info,rmcp=warn", LogFormat::Pretty),
         _ => init_tracing("warn", LogFormat::Pretty),
     }
     match run(cli).await {

@@ -2,7 +2,7 @@
 //!
 //! - edge and core never depend on each other, directly or through anything
 //!   (cargo's resolved graph); contract depends on neither, reaches no I/O
-//!   crate and names no I/O in its source;
+//!   crate and names no I/O in its source; the bridge reaches neither;
 //! - nothing in core or contract names a client or its domain.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
@@ -115,6 +115,14 @@ fn edge_and_core_never_depend_on_each_other() {
 }
 
 #[test]
+fn the_bridge_reaches_the_edge_only_over_the_wire() {
+    let bridge = Graph::get().reach("tether-bridge");
+    assert!(bridge.contains("tether-contract") && bridge.contains("rmcp"), "graph sanity: {bridge:?}");
+    assert!(!bridge.contains("tether-edge"), "the bridge must reach the edge only over the wire");
+    assert!(!bridge.contains("tether-core"), "the bridge is a device, not a backend: it must not link core");
+}
+
+#[test]
 fn contract_is_types_and_rules_only() {
     let contract = Graph::get().reach("tether-contract");
     assert!(contract.contains("serde_json"), "graph sanity: {contract:?}");
@@ -185,7 +193,7 @@ fn logic_reads_only_the_runtimes_clock() {
     let clippy = std::fs::read_to_string(root().join("clippy.toml")).unwrap();
     assert!(clippy.contains("path = \"std::time::Instant\""), "clippy.toml must ban std::time::Instant");
     let mut files = Vec::new();
-    for krate in ["contract", "edge", "core", "harness", "example-orders"] {
+    for krate in ["contract", "edge", "core", "harness", "example-orders", "bridge"] {
         sources(&root().join("crates").join(krate).join("src"), &mut files);
     }
     sources(&root().join("src"), &mut files);

@@ -1,0 +1,892 @@
+//! The MCP server side: spawn a stdio server, speak MCP to it through the
+//! official Rust SDK (rmcp), follow its tool changes, call its tools under a
+//! deadline, and notice when it exits.
+//!
+//! The bridge owns the child process itself and hands rmcp the process's
+//! stdin and stdout (rmcp's newline-delimited stdio transport), rather than
+//! using rmcp's `TokioChildProcess`, which keeps the process to itself: the
+//! bridge must read the exit status to tell the edge why the device went
+//! away. The child is killed when dropped, and stopped the MCP stdio way
+//! (stdin closed, then a grace period, then a kill) when the bridge stops it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+#[allow(deprecated)] // server log messages (SEP-2577) still come from every 2025-11-25 server
+use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, ProgressNotificationParam, ProtocolVersion, RequestId, ServerNotification,
+    ServerPeerInfo, ServerResult, SubscriptionFilter,
+};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions,
+    RequestHandle, RoleClient, RunningServiceCancellationToken,
+};
+use rmcp::{ClientHandler, Peer, ServiceError};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use tether_contract::mcp::ToolDeclaration;
+
+use crate::counters::BridgeCounters;
+use crate::{DeadlinePolicy, Lifecycle};
+
+/// How long the MCP start (rmcp's `server/discover` probe, which waits up to
+/// 10 s for a legacy server, then `initialize`) may take.
+const HANDSHAKE_BUDGET: Duration = Duration::from_secs(30);
+/// How long a server told to stop (stdin closed) may take to exit before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Longest stderr line logged as is; the rest of the line is cut (counted).
+const MAX_STDERR_LINE: usize = 4096;
+/// Under [`DeadlinePolicy::Edge`], how long past the edge's deadline the
+/// bridge waits for the edge's cancel before cancelling the call itself.
+const EDGE_CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// How many times a 2026-07-28 server's `subscriptions/listen` is reopened
+/// after it ends while the server lives.
+const MAX_LISTENS: u32 = 5;
+/// The tracing target of everything the MCP server itself says (its stderr, its log messages).
+pub(crate) const SERVER_TARGET: &str = "mcp_server";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Which MCP era the server turned out to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2026-07-28 and later: stateless requests, changes on a `subscriptions/listen` stream.
+    Modern,
+    /// The `initialize` handshake (2025-11-25 and earlier): bare `list_changed` notifications.
+    Legacy,
+}
+
+/// The catalog's sequence number, shared by everything that moves it.
+///
+/// It starts at 1, lives as long as the bridge (server restarts and edge
+/// reconnects keep counting), and moves once per `list_changed` from the server.
+#[derive(Debug)]
+pub(crate) struct SeqClock {
+    tx: watch::Sender<u64>,
+}
+
+impl SeqClock {
+    pub(crate) fn new() -> SeqClock {
+        SeqClock { tx: watch::channel(1).0 }
+    }
+
+    pub(crate) fn current(&self) -> u64 {
+        *self.tx.borrow()
+    }
+
+    /// Moves the seq on and returns the new value.
+    pub(crate) fn bump(&self) -> u64 {
+        let mut now = 0;
+        self.tx.send_modify(|s| {
+            *s += 1;
+            now = *s;
+        });
+        now
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.tx.subscribe()
+    }
+}
+
+/// How the server process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exit {
+    status: Option<ExitStatus>,
+    after_stream_closed: bool,
+}
+
+impl Exit {
+    /// An exit with no status read, for tests of what is said about one.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Exit {
+        Exit { status: None, after_stream_closed: false }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(status) => write!(f, "{status}")?,
+            None => f.write_str("exit status unknown")?,
+        }
+        if self.after_stream_closed {
+            f.write_str(", after it closed its MCP stream")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// The process could not be spawned.
+    #[error("spawn failed: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The process came up without the pipes it was spawned with.
+    #[error("the server's stdio pipes were not available")]
+    Pipes,
+    /// rmcp's `server/discover` / `initialize` failed.
+    #[error("MCP handshake failed: {0}")]
+    Handshake(#[source] Box<ClientInitializeError>),
+    /// The handshake took longer than [`HANDSHAKE_BUDGET`].
+    #[error("MCP handshake did not finish within {0:?}")]
+    HandshakeTimeout(Duration),
+    /// The server exited during the handshake.
+    #[error("the server exited during the MCP handshake ({0})")]
+    Exited(Exit),
+    /// The handshake finished without telling who the server is.
+    #[error("the MCP handshake left no server information")]
+    NoPeerInfo,
+}
+
+/// What the bridge needs to start a server.
+#[derive(Debug, Clone)]
+pub(crate) struct StartSpec {
+    pub(crate) command: Vec<String>,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) seq: Arc<SeqClock>,
+    pub(crate) counters: Arc<BridgeCounters>,
+}
+
+/// Calls in flight on the server, by the request id rmcp gave them, so a
+/// server that cancels one of them (a legacy server may) ends it at once.
+#[derive(Debug, Default)]
+struct InFlight {
+    calls: Mutex<HashMap<RequestId, oneshot::Sender<()>>>,
+}
+
+/// The rmcp client handler: turns server notifications into seq moves and log lines.
+struct Handler {
+    config: ClientConfig,
+    name: Arc<str>,
+    seq: Arc<SeqClock>,
+    inflight: Arc<InFlight>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    // Legacy servers announce changes with a bare notification; 2026-07-28
+    // servers use the listen stream (see `listen_for_changes`).
+    async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        let seq = self.seq.bump();
+        info!(server = %self.name, seq, "server announced tools/list_changed");
+    }
+
+    async fn on_cancelled(&self, params: CancelledNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        let Some(id) = params.request_id else { return };
+        let waiter = lock(&self.inflight.calls).remove(&id);
+        match waiter {
+            Some(tx) => {
+                warn!(server = %self.name, request = %id, reason = params.reason.as_deref().unwrap_or(""), "server cancelled a call in flight");
+                let _ = tx.send(());
+            }
+            None => {
+                debug!(server = %self.name, request = %id, "server cancelled a request the bridge is not waiting on")
+            }
+        }
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        debug!(server = %self.name, token = ?params.progress_token, progress = params.progress, total = ?params.total, "server progress");
+    }
+
+    #[allow(deprecated)] // see the import: legacy servers still log this way
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        let logger = params.logger.as_deref().unwrap_or("");
+        info!(target: SERVER_TARGET, server = %self.name, level = ?params.level, logger, "{}", params.data);
+    }
+}
+
+/// Why the edge side stopped waiting for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The edge sent `notifications/cancelled` for it.
+    Edge,
+    /// The device connection to the edge ended.
+    EdgeLost,
+}
+
+/// A call the bridge could not complete, answered to the edge as an
+/// `isError` result with `structuredContent: {code, retryable}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub(crate) code: &'static str,
+    pub(crate) retryable: bool,
+    pub(crate) text: String,
+    /// The server's JSON-RPC error code, when it sent one.
+    pub(crate) server_code: Option<i32>,
+}
+
+impl Failure {
+    pub(crate) fn new(code: &'static str, retryable: bool, text: impl Into<String>) -> Failure {
+        Failure { code, retryable, text: text.into(), server_code: None }
+    }
+
+    /// The `CallToolResult` the edge receives.
+    pub(crate) fn to_result(&self) -> Value {
+        let mut structured = Map::new();
+        structured.insert("code".into(), Value::from(self.code));
+        structured.insert("retryable".into(), Value::from(self.retryable));
+        if let Some(c) = self.server_code {
+            structured.insert("server_code".into(), Value::from(c));
+        }
+        json!({
+            "content": [{"type": "text", "text": self.text}],
+            "structuredContent": structured,
+            "isError": true,
+        })
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallOutcome {
+    /// The server's `CallToolResult` (possibly its own `isError`), as JSON.
+    Answered(Value),
+    /// The call failed on the way; answer with [`Failure::to_result`].
+    Failed(Failure),
+    /// The edge stopped waiting: cancelled on the server, and not answered.
+    Unanswered,
+}
+
+/// A running MCP server the bridge speaks to.
+pub(crate) struct Server {
+    peer: Peer<RoleClient>,
+    info: Arc<ServerPeerInfo>,
+    pub(crate) era: Era,
+    pub(crate) pid: Option<u32>,
+    pub(crate) name: Arc<str>,
+    exit: watch::Receiver<Option<Exit>>,
+    stop: CancellationToken,
+    /// Set when the bridge itself ends the server, so its exit is not blamed on the server.
+    stopping: Arc<AtomicBool>,
+    service: Mutex<Option<RunningServiceCancellationToken>>,
+    inflight: Arc<InFlight>,
+    counters: Arc<BridgeCounters>,
+    /// Ends the `subscriptions/listen` stream (2026-07-28 servers) before the bridge stops the server.
+    unlisten: CancellationToken,
+    subscription: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .field("pid", &self.pid)
+            .field("era", &self.era)
+            .finish()
+    }
+}
+
+/// The short name the logs use for the server: its program's file name.
+pub(crate) fn server_name(command: &[String]) -> Arc<str> {
+    let program = command.first().map(String::as_str).unwrap_or("mcp-server");
+    let base = std::path::Path::new(program).file_name().and_then(|n| n.to_str()).unwrap_or(program);
+    Arc::from(base)
+}
+
+impl Server {
+    /// Spawns the server and speaks MCP to it until it is ready.
+    pub(crate) async fn start(spec: &StartSpec) -> Result<Server, StartError> {
+        let Some((program, args)) = spec.command.split_first() else {
+            return Err(StartError::Spawn(std::io::Error::other("empty command")));
+        };
+        let name = server_name(&spec.command);
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(StartError::Spawn)?;
+        let pid = child.id();
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(StartError::Pipes);
+        };
+        let span = tracing::info_span!("mcp_server", server = %name, pid);
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(
+                pump_stderr(stderr, Arc::clone(&name), pid, Arc::clone(&spec.counters))
+                    .instrument(span.clone()),
+            );
+        }
+        let stop = CancellationToken::new();
+        let stream_closed = Arc::new(AtomicBool::new(false));
+        let (exit_tx, exit_rx) = watch::channel(None);
+        tokio::spawn(reap(child, stop.clone(), exit_tx, Arc::clone(&stream_closed)).instrument(span.clone()));
+
+        let inflight = Arc::new(InFlight::default());
+        let handler = Handler {
+            config: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("tether-bridge", env!("CARGO_PKG_VERSION")),
+            )
+            // The version offered if the server turns out to need `initialize`.
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE),
+            name: Arc::clone(&name),
+            seq: Arc::clone(&spec.seq),
+            inflight: Arc::clone(&inflight),
+        };
+        let lifecycle = match spec.lifecycle {
+            Lifecycle::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            Lifecycle::Legacy => ClientLifecycleMode::Initialize,
+        };
+        let mut exit_wait = exit_rx.clone();
+        let handshake =
+            tokio::time::timeout(HANDSHAKE_BUDGET, handler.serve_with_lifecycle((stdout, stdin), lifecycle));
+        let running = tokio::select! {
+            started = handshake => match started {
+                Ok(Ok(running)) => running,
+                Ok(Err(e)) => {
+                    stop.cancel();
+                    return Err(StartError::Handshake(Box::new(e)));
+                }
+                Err(_) => {
+                    stop.cancel();
+                    return Err(StartError::HandshakeTimeout(HANDSHAKE_BUDGET));
+                }
+            },
+            exit = wait_exit(&mut exit_wait) => return Err(StartError::Exited(exit)),
+        };
+        let Some(info) = running.peer().peer_info() else {
+            stop.cancel();
+            return Err(StartError::NoPeerInfo);
+        };
+        let era = if info.protocol_version.has_initialize() { Era::Legacy } else { Era::Modern };
+        let peer = running.peer().clone();
+        let service = running.cancellation_token();
+        let stopping = Arc::new(AtomicBool::new(false));
+        // When rmcp's loop ends (stdout closed, the stream broke), the server
+        // is no use any more: end its process too, so the bridge restarts it.
+        {
+            let (stop, exit, stream_closed) = (stop.clone(), exit_rx.clone(), Arc::clone(&stream_closed));
+            let stopping = Arc::clone(&stopping);
+            tokio::spawn(
+                async move {
+                    let reason = running.waiting().await;
+                    if exit.borrow().is_none() && !stopping.load(Ordering::Relaxed) {
+                        stream_closed.store(true, Ordering::Relaxed);
+                        debug!(?reason, "MCP stream ended while the process lives; stopping it");
+                    }
+                    stop.cancel();
+                }
+                .instrument(span.clone()),
+            );
+        }
+        let unlisten = CancellationToken::new();
+        let subscription = (era == Era::Modern).then(|| {
+            tokio::spawn(
+                listen_for_changes(
+                    peer.clone(),
+                    Arc::clone(&spec.seq),
+                    Arc::clone(&spec.counters),
+                    Arc::clone(&name),
+                    unlisten.clone(),
+                )
+                .instrument(span.clone()),
+            )
+        });
+        info!(
+            server = %name,
+            pid,
+            protocol = %info.protocol_version,
+            era = ?era,
+            server_info = ?info.server_info.as_ref().map(|i| format!("{} {}", i.name, i.version)),
+            "MCP server ready"
+        );
+        Ok(Server {
+            peer,
+            info,
+            era,
+            pid,
+            name,
+            exit: exit_rx,
+            stop,
+            stopping,
+            service: Mutex::new(Some(service)),
+            inflight,
+            counters: Arc::clone(&spec.counters),
+            unlisten,
+            subscription: Mutex::new(subscription),
+        })
+    }
+
+    /// The revision the server and the bridge agreed on.
+    pub(crate) fn protocol(&self) -> String {
+        self.info.protocol_version.to_string()
+    }
+
+    /// The server's `serverInfo` (its name when it gave none).
+    pub(crate) fn server_info(&self) -> Value {
+        self.info
+            .server_info
+            .as_ref()
+            .and_then(|i| serde_json::to_value(i).ok())
+            .unwrap_or_else(|| json!({"name": &*self.name, "version": "unknown"}))
+    }
+
+    /// The server's instructions for the model.
+    pub(crate) fn instructions(&self) -> Option<&str> {
+        self.info.instructions.as_deref()
+    }
+
+    /// Every tool the server lists now (rmcp follows every page).
+    pub(crate) async fn tools(&self) -> Result<Vec<ToolDeclaration>, ServiceError> {
+        let tools = self.peer.list_all_tools().await?;
+        let mut out = Vec::with_capacity(tools.len());
+        for tool in tools {
+            let name = tool.name.to_string();
+            match serde_json::to_value(&tool).and_then(serde_json::from_value::<ToolDeclaration>) {
+                Ok(decl) => out.push(decl),
+                Err(e) => {
+                    BridgeCounters::bump(&self.counters.tools_unreadable);
+                    warn!(server = %self.name, tool = %name, error = %e, "server tool is not a readable declaration; left out");
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Calls `name` on the server and waits for its one outcome: the answer,
+    /// the edge's `deadline` (under `policy`), the edge stopping, or the server
+    /// abandoning the call. Whatever the bridge stops waiting for is cancelled
+    /// on the server through rmcp (`RequestHandle::cancel` sends `notifications/cancelled`).
+    pub(crate) async fn call(
+        &self,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+        deadline: Duration,
+        policy: DeadlinePolicy,
+        mut edge: oneshot::Receiver<Stop>,
+    ) -> CallOutcome {
+        let started = Instant::now();
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle =
+            match self.peer.send_cancellable_request(request, PeerRequestOptions::no_options()).await {
+                Ok(handle) => handle,
+                Err(e) => {
+                    BridgeCounters::bump(&self.counters.calls_server_gone);
+                    return CallOutcome::Failed(Failure::new(
+                        "server_exited",
+                        true,
+                        format!("The MCP server could not be reached ({e}); the call was not sent."),
+                    ));
+                }
+            };
+        let (abandon_tx, mut abandoned) = oneshot::channel();
+        lock(&self.inflight.calls).insert(handle.id.clone(), abandon_tx);
+        let give_up = match policy {
+            DeadlinePolicy::Ahead(margin) => started + deadline.saturating_sub(margin.min(deadline / 2)),
+            DeadlinePolicy::Edge => started + deadline + EDGE_CANCEL_GRACE,
+        };
+        let ended = tokio::select! {
+            response = &mut handle.rx => Ended::Response(Box::new(response)),
+            _ = tokio::time::sleep_until(give_up) => Ended::Deadline,
+            why = &mut edge => Ended::Edge(why.unwrap_or(Stop::EdgeLost)),
+            Ok(()) = &mut abandoned => Ended::Abandoned,
+        };
+        lock(&self.inflight.calls).remove(&handle.id);
+        let ms = deadline.as_millis();
+        match ended {
+            Ended::Response(response) => self.answered(*response),
+            Ended::Deadline => {
+                let reason = format!("tether bridge: the edge's deadline of {ms} ms for this call is up");
+                self.cancel(handle, reason).await;
+                match policy {
+                    DeadlinePolicy::Ahead(_) => BridgeCounters::bump(&self.counters.calls_timed_out),
+                    DeadlinePolicy::Edge => BridgeCounters::bump(&self.counters.calls_backstopped),
+                }
+                warn!(server = %self.name, tool = name, deadline_ms = ms, "call passed its deadline; cancelled on the server");
+                CallOutcome::Failed(Failure::new(
+                    "server_timeout",
+                    true,
+                    format!(
+                        "The MCP server did not answer {name} within {ms} ms; the bridge cancelled it on the server, so whether it acted is unknown."
+                    ),
+                ))
+            }
+            Ended::Edge(Stop::Edge) => {
+                self.cancel(handle, "the tether edge stopped waiting".into()).await;
+                BridgeCounters::bump(&self.counters.calls_cancelled_by_edge);
+                info!(server = %self.name, tool = name, "edge cancelled the call; cancelled on the server");
+                CallOutcome::Unanswered
+            }
+            Ended::Edge(Stop::EdgeLost) => {
+                self.cancel(handle, "the device connection to the tether edge was lost".into()).await;
+                BridgeCounters::bump(&self.counters.calls_orphaned);
+                warn!(server = %self.name, tool = name, "edge connection lost mid-call; cancelled on the server");
+                CallOutcome::Unanswered
+            }
+            Ended::Abandoned => {
+                BridgeCounters::bump(&self.counters.calls_abandoned_by_server);
+                CallOutcome::Failed(Failure::new(
+                    "cancelled_by_server",
+                    true,
+                    format!("The MCP server cancelled {name} before answering."),
+                ))
+            }
+        }
+    }
+
+    async fn cancel(&self, handle: RequestHandle<RoleClient>, reason: String) {
+        if let Err(e) = handle.cancel(Some(reason)).await {
+            debug!(server = %self.name, error = %e, "could not tell the server to cancel (it is gone)");
+        }
+    }
+
+    fn answered(&self, response: Response) -> CallOutcome {
+        let c = &self.counters;
+        match response {
+            Ok(Ok(ServerResult::CallToolResult(result))) => match serde_json::to_value(&result) {
+                Ok(v) => CallOutcome::Answered(v),
+                Err(e) => {
+                    BridgeCounters::bump(&c.calls_unsupported_result);
+                    CallOutcome::Failed(Failure::new(
+                        "unsupported_result",
+                        false,
+                        format!("The MCP server's result could not be read: {e}"),
+                    ))
+                }
+            },
+            Ok(Ok(ServerResult::InputRequiredResult(_))) => {
+                BridgeCounters::bump(&c.calls_unsupported_result);
+                CallOutcome::Failed(Failure::new(
+                    "input_required",
+                    false,
+                    "The MCP server asked for more input (input_required), which a call through tether cannot supply.",
+                ))
+            }
+            Ok(Ok(_)) => {
+                BridgeCounters::bump(&c.calls_unsupported_result);
+                CallOutcome::Failed(Failure::new(
+                    "unsupported_result",
+                    false,
+                    "The MCP server answered with something other than a tool result.",
+                ))
+            }
+            Ok(Err(ServiceError::McpError(e))) => {
+                BridgeCounters::bump(&c.calls_server_error);
+                warn!(server = %self.name, code = e.code.0, message = %e.message, "server answered a call with a JSON-RPC error");
+                CallOutcome::Failed(Failure {
+                    code: "server_error",
+                    retryable: false,
+                    text: format!(
+                        "The MCP server refused the call (JSON-RPC error {}): {}",
+                        e.code.0, e.message
+                    ),
+                    server_code: Some(e.code.0),
+                })
+            }
+            Ok(Err(ServiceError::Cancelled { reason })) => {
+                BridgeCounters::bump(&c.calls_abandoned_by_server);
+                CallOutcome::Failed(Failure::new(
+                    "cancelled_by_server",
+                    true,
+                    format!(
+                        "The MCP server cancelled the call: {}",
+                        reason.as_deref().unwrap_or("no reason given")
+                    ),
+                ))
+            }
+            Ok(Err(ServiceError::TransportClosed)) | Err(_) => {
+                BridgeCounters::bump(&c.calls_server_gone);
+                CallOutcome::Failed(Failure::new(
+                    "server_exited",
+                    true,
+                    "The MCP server went away before it answered; whether it acted is unknown.",
+                ))
+            }
+            Ok(Err(other)) => {
+                BridgeCounters::bump(&c.calls_server_gone);
+                CallOutcome::Failed(Failure::new(
+                    "server_unreachable",
+                    true,
+                    format!("The call to the MCP server failed: {other}"),
+                ))
+            }
+        }
+    }
+
+    /// Waits until the server process has ended (cancel safe).
+    pub(crate) async fn exited(&self) -> Exit {
+        let mut exit = self.exit.clone();
+        wait_exit(&mut exit).await
+    }
+
+    /// Stops the server the MCP stdio way: end the listen stream, close its
+    /// stdin, give it [`STOP_GRACE`] to exit, then kill it; returns once it is gone.
+    ///
+    /// The listen stream goes first: a server whose stdin closes with the
+    /// stream open answers it on a stdout that is already closed.
+    pub(crate) async fn shutdown(&self) -> Exit {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.unlisten.cancel();
+        let subscription = lock(&self.subscription).take();
+        if let Some(mut task) = subscription {
+            if tokio::time::timeout(STOP_GRACE, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+        if let Some(service) = lock(&self.service).take() {
+            service.cancel();
+        }
+        self.stop.cancel();
+        self.exited().await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(task) = lock(&self.subscription).take() {
+            task.abort();
+        }
+    }
+}
+
+type Response = Result<Result<ServerResult, ServiceError>, oneshot::error::RecvError>;
+
+enum Ended {
+    Response(Box<Response>),
+    Deadline,
+    Edge(Stop),
+    Abandoned,
+}
+
+async fn wait_exit(exit: &mut watch::Receiver<Option<Exit>>) -> Exit {
+    let unknown = Exit { status: None, after_stream_closed: false };
+    match exit.wait_for(Option::is_some).await {
+        Ok(e) => e.clone().unwrap_or(unknown),
+        Err(_) => unknown,
+    }
+}
+
+/// Owns the child process: publishes how it ended, and ends it when asked.
+async fn reap(
+    mut child: Child,
+    stop: CancellationToken,
+    exit: watch::Sender<Option<Exit>>,
+    stream_closed: Arc<AtomicBool>,
+) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = stop.cancelled() => match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                if let Err(e) = child.kill().await {
+                    warn!(error = %e, "could not kill the MCP server");
+                }
+                child.wait().await
+            }
+        },
+    };
+    let status = match status {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(error = %e, "could not read the MCP server's exit status");
+            None
+        }
+    };
+    exit.send_replace(Some(Exit { status, after_stream_closed: stream_closed.load(Ordering::Relaxed) }));
+}
+
+/// Logs the server's stderr line by line under [`SERVER_TARGET`].
+async fn pump_stderr<R: AsyncRead + Unpin>(
+    stderr: R,
+    name: Arc<str>,
+    pid: Option<u32>,
+    counters: Arc<BridgeCounters>,
+) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut cut = false;
+    let emit = |line: &[u8], cut: bool| {
+        BridgeCounters::bump(&counters.server_stderr_lines);
+        if cut {
+            BridgeCounters::bump(&counters.server_stderr_lines_truncated);
+        }
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        info!(target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
+    };
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok(buf) => buf,
+            Err(e) => {
+                debug!(server = %name, error = %e, "server stderr read failed");
+                break;
+            }
+        };
+        if buf.is_empty() {
+            if !line.is_empty() {
+                emit(&line, cut);
+            }
+            break;
+        }
+        let newline = buf.iter().position(|b| *b == b'\n');
+        let chunk = &buf[..newline.unwrap_or(buf.len())];
+        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+        cut |= chunk.len() > room;
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let consumed = newline.map_or(buf.len(), |i| i + 1);
+        reader.consume(consumed);
+        if newline.is_some() {
+            emit(&line, cut);
+            line.clear();
+            cut = false;
+        }
+    }
+}
+
+/// Follows a 2026-07-28 server's tool changes on a `subscriptions/listen`
+/// stream, moving the seq on each; reopens a stream that ends while the
+/// server lives, a bounded number of times; cancels it on `unlisten`.
+async fn listen_for_changes(
+    peer: Peer<RoleClient>,
+    seq: Arc<SeqClock>,
+    counters: Arc<BridgeCounters>,
+    name: Arc<str>,
+    unlisten: CancellationToken,
+) {
+    for attempt in 0..MAX_LISTENS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if peer.is_transport_closed() {
+            return;
+        }
+        let listen = peer.listen(SubscriptionFilter::builder().tools_list_changed().build());
+        let opened = tokio::select! {
+            opened = listen => opened,
+            _ = unlisten.cancelled() => return,
+        };
+        let mut subscription = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                BridgeCounters::bump(&counters.subscription_failures);
+                warn!(server = %name, error = %e, "subscriptions/listen failed; tool changes reach the edge only when it reconnects");
+                continue;
+            }
+        };
+        if subscription.acknowledged().tools_list_changed != Some(true) {
+            BridgeCounters::bump(&counters.subscription_failures);
+            warn!(server = %name, "server did not accept a toolsListChanged subscription; tool changes reach the edge only when it reconnects");
+            return;
+        }
+        debug!(server = %name, "listening for tool changes");
+        loop {
+            let next = tokio::select! {
+                next = subscription.next() => next,
+                _ = unlisten.cancelled() => {
+                    if let Err(e) = subscription.cancel_with_reason(Some("tether bridge stopping".into())).await {
+                        debug!(server = %name, error = %e, "could not end the tool-change subscription");
+                    }
+                    return;
+                }
+            };
+            match next {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    let now = seq.bump();
+                    info!(server = %name, seq = now, "server announced tools/list_changed");
+                }
+                Ok(Some(other)) => {
+                    debug!(server = %name, notification = ?other, "subscription notification ignored")
+                }
+                Ok(None) => {
+                    if !peer.is_transport_closed() {
+                        BridgeCounters::bump(&counters.subscriptions_ended);
+                        warn!(server = %name, end = ?subscription.end(), "server ended the tool-change subscription; reopening");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    BridgeCounters::bump(&counters.subscriptions_ended);
+                    warn!(server = %name, error = %e, "tool-change subscription failed; reopening");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_carry_code_and_retryable_for_core() {
+        let f =
+            Failure { code: "server_error", retryable: false, text: "no".into(), server_code: Some(-32603) };
+        assert_eq!(
+            f.to_result(),
+            json!({
+                "content": [{"type": "text", "text": "no"}],
+                "structuredContent": {"code": "server_error", "retryable": false, "server_code": -32603},
+                "isError": true,
+            })
+        );
+    }
+
+    #[test]
+    fn the_seq_starts_at_one_and_only_moves_forward() {
+        let clock = SeqClock::new();
+        let mut rx = clock.subscribe();
+        assert_eq!(clock.current(), 1);
+        assert_eq!(clock.bump(), 2);
+        assert_eq!(clock.bump(), 3);
+        assert!(rx.has_changed().unwrap_or(false));
+        assert_eq!(*rx.borrow_and_update(), 3);
+    }
+
+    #[test]
+    fn the_server_is_named_after_its_program() {
+        let cmd = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(&*server_name(&cmd(&["/usr/bin/python3", "server.py"])), "python3");
+        assert_eq!(&*server_name(&cmd(&["node"])), "node");
+        assert_eq!(&*server_name(&[]), "mcp-server");
+    }
+
+    #[tokio::test]
+    async fn stderr_is_logged_line_by_line_and_long_lines_are_cut() {
+        let counters = Arc::new(BridgeCounters::default());
+        let long = "x".repeat(MAX_STDERR_LINE + 10);
+        let input = format!("one\r\ntwo\n{long}\nlast-without-newline");
+        pump_stderr(input.as_bytes(), Arc::from("t"), None, Arc::clone(&counters)).await;
+        assert_eq!(counters.get("server_stderr_lines"), Some(4));
+        assert_eq!(counters.get("server_stderr_lines_truncated"), Some(1));
+    }
+}

@@ -1,0 +1,515 @@
+//! `tether bridge` against MCP servers nobody here wrote — a server on the
+//! official Python SDK (`mcp` 2.3.0, tests/mcp-servers/python/server.py) and
+//! the reference `@modelcontextprotocol/server-everything` — through a real
+//! edge on 127.0.0.1:0, with tether-core as the agent backend.
+//!
+//! Setup (the tests fail, never skip, without it):
+//!   python3 -m venv .venv && .venv/bin/pip install -r tests/mcp-servers/python/requirements.txt
+//!   npm ci --prefix tests/mcp-servers
+//! `TETHER_TEST_PYTHON` may name another Python that has `mcp` 2.3.0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+
+use common::{capture_logs, test_config, user, wait_until, LiveEdge, WAIT_LIMIT};
+use tether_bridge::{Bridge, BridgeConfig, BridgeStatus, DeadlinePolicy, Lifecycle};
+use tether_contract::{Budgets, ErrorKind};
+use tether_core::{Notification, Turn};
+
+const PY_INSTRUCTIONS: &str = "Tether test server on the Python MCP SDK. Call `echo` to hear a message back; `slow` waits the seconds it is given.";
+const PY_TOOLS: [&str; 4] = ["client__echo", "client__enable_extra", "client__reject", "client__slow"];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A Python with `mcp` 2.3.0: `TETHER_TEST_PYTHON`, else `<repo>/.venv/bin/python`.
+fn python() -> String {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let mut candidates = Vec::new();
+            if let Ok(p) = std::env::var("TETHER_TEST_PYTHON") {
+                candidates.push(p);
+            }
+            candidates.push(repo().join(".venv/bin/python").display().to_string());
+            let mut found = Vec::new();
+            for candidate in &candidates {
+                let probe = "import importlib.metadata as m, mcp.server.mcpserver; print(m.version('mcp'))";
+                let out = std::process::Command::new(candidate).args(["-c", probe]).output();
+                match out {
+                    Ok(o) if o.status.success() => {
+                        let version = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+                        if version == "2.3.0" {
+                            return candidate.clone();
+                        }
+                        found.push(format!("{candidate}: mcp {version}"));
+                    }
+                    Ok(o) => found.push(format!("{candidate}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+                    Err(e) => found.push(format!("{candidate}: {e}")),
+                }
+            }
+            panic!(
+                "no Python with the MCP SDK (mcp==2.3.0) for the bridge tests ({}). Set it up from the repository root:\n  \
+                 python3 -m venv .venv && .venv/bin/pip install -r tests/mcp-servers/python/requirements.txt\n\
+                 or point TETHER_TEST_PYTHON at a Python that has it.",
+                found.join("; ")
+            )
+        })
+        .clone()
+}
+
+/// A file the Python server notes its `slow` tool's cancellations in; removed on drop.
+struct Record(PathBuf);
+
+impl Record {
+    fn new(test: &str) -> Record {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let path =
+            std::env::temp_dir().join(format!("tether-bridge-{test}-{}-{nanos}.log", std::process::id()));
+        Record(path)
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.0).unwrap_or_default()
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The Python server's command line, noting into `record`.
+fn python_server(record: &Record) -> Vec<String> {
+    let script = repo().join("tests/mcp-servers/python/server.py");
+    vec![python(), script.display().to_string(), "--record".into(), record.0.display().to_string()]
+}
+
+/// server-everything's command line (installed by `npm ci --prefix tests/mcp-servers`).
+fn everything() -> Vec<String> {
+    let script =
+        repo().join("tests/mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let node = std::process::Command::new("node").arg("--version").output();
+    assert!(
+        script.exists() && node.is_ok_and(|o| o.status.success()),
+        "server-everything is not installed (needs node and {}). Install it from the repository root:\n  npm ci --prefix tests/mcp-servers",
+        script.display()
+    );
+    vec!["node".into(), script.display().to_string(), "stdio".into()]
+}
+
+fn config(edge: &LiveEdge, command: Vec<String>) -> BridgeConfig {
+    BridgeConfig::new(&edge.url, edge.client_token("mira"), command)
+}
+
+/// Waits (bounded) until the bridge's status satisfies `pred`.
+async fn status_until(bridge: &Bridge, pred: impl FnMut(&BridgeStatus) -> bool) -> BridgeStatus {
+    let mut status = bridge.status();
+    let reached = async { status.wait_for(pred).await.map(|s| s.clone()) };
+    tokio::time::timeout(WAIT_LIMIT, reached)
+        .await
+        .expect("bridge status not reached in time")
+        .expect("bridge ended")
+}
+
+/// Waits (bounded) until the bridge's device is listed at the edge; returns its session.
+async fn session(bridge: &Bridge) -> String {
+    status_until(bridge, |s| s.session.is_some()).await.session.unwrap()
+}
+
+/// Waits (bounded) for the next backend notification that `pred` picks.
+async fn notification(
+    rx: &mut mpsc::Receiver<Notification>,
+    mut pred: impl FnMut(&Notification) -> bool,
+) -> Notification {
+    let wait = async {
+        loop {
+            let n = rx.recv().await.expect("backend link closed");
+            if pred(&n) {
+                return n;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, wait).await.expect("notification not seen in time")
+}
+
+fn names(turn: &Turn<'_>) -> Vec<String> {
+    let mut n: Vec<_> = turn.tools().iter().map(|t| t.name.clone()).collect();
+    n.sort();
+    n
+}
+
+fn text(result: &tether_contract::mcp::CallToolResult) -> &str {
+    result.first_text().unwrap_or_default()
+}
+
+/// An edge whose `tool_call` leg is 2.5 s (the device's own 2 s ceiling must fit inside it).
+async fn edge_with_short_leg() -> LiveEdge {
+    let mut config = test_config();
+    config.budgets = Budgets { tool_call: Duration::from_millis(2_500), ..Budgets::default() };
+    LiveEdge::start_with(config).await
+}
+
+fn kill(pid: u32) {
+    let status = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+#[tokio::test]
+async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_in_context_and_its_stderr_logged(
+) {
+    let (_, logs) = capture_logs(async {
+        let edge = LiveEdge::start().await;
+        let record = Record::new("basics");
+        let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
+        let session = session(&bridge).await;
+        let status = bridge.status().borrow().clone();
+        assert_eq!(
+            status.protocol.as_deref(),
+            Some("2026-07-28"),
+            "the Python SDK speaks the modern revision"
+        );
+
+        let link = edge.backend().await;
+        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        assert!(turn.degraded().is_none(), "{:?}", turn.degraded());
+        assert_eq!(names(&turn), PY_TOOLS);
+        let manifest = turn.manifest().unwrap();
+        assert_eq!(manifest.instructions.as_deref(), Some(PY_INSTRUCTIONS));
+        let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
+        assert!(block.contains("Tether test server on the Python MCP SDK"), "{block}");
+        let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
+        let ours = listed.sessions.iter().find(|s| s.session == session).unwrap();
+        assert_eq!(ours.server_info["name"], json!("tether-python-test"));
+
+        // A call through core gets the server's real answer, stamped with the bridge's seq.
+        let result = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();
+        assert_eq!(text(&result), "Echo: hi");
+        assert_eq!(result.seq(), Some(1));
+
+        // A JSON-RPC error from the server is a structured client error, never silence.
+        let err = turn.call("client__reject", json!({"reason": "no"})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::ClientError);
+        assert_eq!(err.detail("code"), Some(&json!("server_error")));
+        assert_eq!(err.detail("retryable"), Some(&json!(false)));
+        assert!(err.message.contains("the server refused: no"), "{}", err.message);
+        assert_eq!(bridge.counters().get("calls_server_error"), Some(1));
+        assert_eq!(bridge.counters().get("calls"), Some(2));
+        bridge.stop().await.unwrap();
+    })
+    .await;
+    // The server's stderr is in the bridge's log, line by line, under the mcp_server target.
+    let line = logs.lines().find(|l| l.contains("tether python test server starting")).unwrap_or_else(|| {
+        panic!("the server's stderr line is not in the bridge's log:\n{logs}");
+    });
+    assert!(line.contains("mcp_server:") && line.contains("server=python"), "{line}");
+}
+
+#[tokio::test]
+async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_eras() {
+    for (lifecycle, revision) in [(Lifecycle::Auto, "2026-07-28"), (Lifecycle::Legacy, "2025-11-25")] {
+        let edge = LiveEdge::start().await;
+        let record = Record::new("list-changed");
+        let mut cfg = config(&edge, python_server(&record));
+        cfg.lifecycle = lifecycle;
+        let bridge = Bridge::start(cfg).unwrap();
+        let session = session(&bridge).await;
+        assert_eq!(bridge.status().borrow().protocol.as_deref(), Some(revision));
+        let link = edge.backend().await;
+        let mut events = link.notifications().unwrap();
+        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        assert!(!names(&turn).contains(&"client__extra".to_owned()));
+
+        let result = turn.call("client__enable_extra", json!({})).await.unwrap();
+        assert_eq!(text(&result), "extra enabled", "{revision}");
+        let changed =
+            notification(&mut events, |n| matches!(n, Notification::ListChanged(c) if c.session == session))
+                .await;
+        let Notification::ListChanged(changed) = changed else { unreachable!() };
+        assert!(changed.seq >= 2, "{revision}: the change moved the seq: {changed:?}");
+
+        // A new turn sees the new tool and can call it.
+        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        assert!(names(&turn).contains(&"client__extra".to_owned()), "{revision}: {:?}", names(&turn));
+        let result = turn.call("client__extra", json!({})).await.unwrap();
+        assert_eq!(text(&result), "extra!");
+        assert!(bridge.counters().get("list_changed_forwarded").unwrap() >= 1);
+        bridge.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_is_cancelled_on_the_server_and_answered_as_a_structured_timeout() {
+    let edge = edge_with_short_leg().await;
+    let record = Record::new("deadline");
+    let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
+    let session = session(&bridge).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+
+    let err = turn.call("client__slow", json!({"seconds": 30})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ClientError, "the bridge answered before the edge's leg: {err:?}");
+    assert_eq!(err.detail("code"), Some(&json!("server_timeout")));
+    assert_eq!(err.detail("retryable"), Some(&json!(true)));
+    assert!(err.message.contains("2500 ms"), "{}", err.message);
+    // The server saw the cancellation rmcp sent.
+    wait_until(|| record.text().contains("slow cancelled")).await;
+    assert!(!record.text().contains("slow finished"));
+    assert_eq!(bridge.counters().get("calls_timed_out"), Some(1));
+    assert_eq!(edge.hub.counters().get("call_timeouts"), 0, "the edge's leg never expired");
+    bridge.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_the_edge_cancels_reaches_the_server_as_a_cancellation() {
+    let edge = edge_with_short_leg().await;
+    let record = Record::new("edge-cancel");
+    let mut cfg = config(&edge, python_server(&record));
+    cfg.deadline = DeadlinePolicy::Edge;
+    let bridge = Bridge::start(cfg).unwrap();
+    let session = session(&bridge).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+
+    let err = turn.call("client__slow", json!({"seconds": 30})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert_eq!(err.detail("leg"), Some(&json!("tool_call")));
+    assert_eq!(edge.hub.counters().get("cancels_sent"), 1);
+    wait_until(|| record.text().contains("slow cancelled")).await;
+    wait_until(|| bridge.counters().get("calls_cancelled_by_edge") == Some(1)).await;
+    assert_eq!(bridge.counters().get("calls_backstopped"), Some(0));
+    bridge.stop().await.unwrap();
+}
+
+/// A stand-in edge that greets the device with `initialize`, hands back the
+/// answer, then reports the close frame the device sends.
+async fn greeting_edge() -> (String, oneshot::Receiver<Value>, oneshot::Receiver<Option<CloseFrame>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (greeted_tx, greeted) = oneshot::channel();
+    let (closed_tx, closed) = oneshot::channel();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        #[allow(clippy::result_large_err)] // tungstenite's callback type, not ours
+        let echo_protocol = |_: &Request, mut response: Response| {
+            response.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("tether.v1"));
+            Ok(response)
+        };
+        let mut ws = tokio_tungstenite::accept_hdr_async(tcp, echo_protocol).await.unwrap();
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "stand-in", "version": "0"}}});
+        ws.send(Message::text(init.to_string())).await.unwrap();
+        let mut greeted_tx = Some(greeted_tx);
+        while let Some(Ok(message)) = ws.next().await {
+            match message {
+                Message::Text(t) => {
+                    if let Some(tx) = greeted_tx.take() {
+                        let _ = tx.send(serde_json::from_str(t.as_str()).unwrap());
+                    }
+                }
+                Message::Close(frame) => {
+                    let _ = closed_tx.send(frame);
+                    return;
+                }
+                _ => {}
+            }
+        }
+    });
+    (url, greeted, closed)
+}
+
+#[tokio::test]
+async fn a_crashed_server_closes_the_device_connection_with_a_reason_naming_its_exit() {
+    let (url, greeted, closed) = greeting_edge().await;
+    let record = Record::new("close-reason");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let answer = tokio::time::timeout(WAIT_LIMIT, greeted).await.unwrap().unwrap();
+    assert_eq!(answer["id"], json!(1));
+    assert_eq!(answer["result"]["protocolVersion"], json!("2025-11-25"));
+    assert_eq!(answer["result"]["serverInfo"]["name"], json!("tether-python-test"));
+    assert_eq!(answer["result"]["capabilities"]["tools"]["listChanged"], json!(true));
+    assert_eq!(answer["result"]["instructions"], json!(PY_INSTRUCTIONS));
+
+    let pid = bridge.status().borrow().server_pid.unwrap();
+    kill(pid);
+    let frame = tokio::time::timeout(WAIT_LIMIT, closed).await.unwrap().unwrap().expect("a close frame");
+    assert_eq!(u16::from(frame.code), 1011);
+    assert_eq!(frame.reason.as_str(), "MCP server python exited (signal: 9 (SIGKILL))");
+    bridge.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_server_is_restarted_and_its_tools_declared_again_as_a_new_session() {
+    let edge = LiveEdge::start().await;
+    let record = Record::new("restart");
+    let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
+    let first = session(&bridge).await;
+    let link = edge.backend().await;
+    let mut events = link.notifications().unwrap();
+    let old_pid = bridge.status().borrow().server_pid.unwrap();
+
+    kill(old_pid);
+    let closed =
+        notification(&mut events, |n| matches!(n, Notification::SessionClosed(c) if c.session == first))
+            .await;
+    assert!(matches!(closed, Notification::SessionClosed(ref c) if c.reason == "disconnected"), "{closed:?}");
+    let status = status_until(&bridge, |s| s.sessions == 2 && s.session.is_some()).await;
+    let second = status.session.unwrap();
+    assert_ne!(second, first);
+    assert_ne!(status.server_pid, Some(old_pid));
+    assert_eq!(status.server_starts, 2);
+    assert!(status.last_close.unwrap().contains("exited (signal: 9"), "the bridge knows why it closed");
+    assert_eq!(bridge.counters().get("server_exits"), Some(1));
+
+    let mut turn = Turn::begin(&link, &second, Budgets::default()).await.with_credential(user("mira"));
+    assert_eq!(names(&turn), PY_TOOLS, "the restarted server's tools are declared again");
+    let result = turn.call("client__echo", json!({"message": "again"})).await.unwrap();
+    assert_eq!(text(&result), "Echo: again");
+    bridge.stop().await.unwrap();
+}
+
+/// A live edge on a fixed port (a restarted edge comes back where it was).
+async fn edge_on(port: u16) -> LiveEdge {
+    let mut config = test_config();
+    config.listen = format!("127.0.0.1:{port}").parse().unwrap();
+    for _ in 0..100 {
+        // The previous edge's listener may still be closing.
+        if let Ok(edge) = tether_edge::Edge::bind(config.clone()).await {
+            let url = format!("ws://{}", edge.local_addr().unwrap());
+            let (hub, shutdown, drain) = (edge.hub(), edge.shutdown_token(), edge.drain_token());
+            let task = Some(tokio::spawn(edge.run()));
+            return LiveEdge { url, hub, shutdown, drain, task };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("port {port} did not come free");
+}
+
+#[tokio::test]
+async fn when_the_edge_goes_away_the_bridge_redials_and_the_server_keeps_running() {
+    let first_edge = LiveEdge::start().await;
+    let port: u16 = first_edge.url.rsplit(':').next().unwrap().parse().unwrap();
+    let record = Record::new("redial");
+    let bridge = Bridge::start(config(&first_edge, python_server(&record))).unwrap();
+    let first = session(&bridge).await;
+    let pid = bridge.status().borrow().server_pid;
+
+    // The edge shuts down (devices get 1001) and comes back on the same address.
+    first_edge.shutdown.cancel();
+    drop(first_edge);
+    let status = status_until(&bridge, |s| s.session.is_none()).await;
+    assert!(status.last_close.unwrap().contains("1001"), "the bridge heard the edge go away");
+    let edge = edge_on(port).await;
+    let status = status_until(&bridge, |s| s.sessions == 2 && s.session.is_some()).await;
+    assert_ne!(status.session.as_deref(), Some(first.as_str()));
+    assert_eq!(status.server_pid, pid, "the server kept running");
+    assert_eq!(status.server_starts, 1);
+    assert!(bridge.counters().get("edge_disconnects").unwrap() >= 1);
+
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, status.session.as_deref().unwrap(), Budgets::default())
+        .await
+        .with_credential(user("mira"));
+    assert_eq!(names(&turn), PY_TOOLS, "the tools are declared again on the new connection");
+    assert_eq!(text(&turn.call("client__echo", json!({"message": "back"})).await.unwrap()), "Echo: back");
+    bridge.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn server_everything_lists_its_tools_echoes_and_its_progress_is_harmless() {
+    let (_, logs) = capture_logs(async {
+        let edge = LiveEdge::start().await;
+        let bridge = Bridge::start(config(&edge, everything())).unwrap();
+        let session = session(&bridge).await;
+        let protocol = bridge.status().borrow().protocol.clone();
+        assert_eq!(protocol.as_deref(), Some("2025-11-25"), "server-everything is legacy-only");
+        let link = edge.backend().await;
+        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        let manifest = turn.manifest().unwrap();
+        assert_eq!(names(&turn).len(), 13, "{:?} (dropped: {:?})", names(&turn), manifest.dropped);
+        assert!(manifest.dropped.is_empty());
+        for tool in ["client__echo", "client__get_sum", "client__trigger_long_running_operation"] {
+            assert!(names(&turn).contains(&tool.to_owned()), "{tool}: {:?}", names(&turn));
+        }
+        let instructions = manifest.instructions.unwrap_or_default();
+        assert!(instructions.starts_with("# Everything Server"), "{instructions}");
+        let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
+        assert!(block.contains("Everything Server"), "its instructions reach the turn's context");
+
+        let result = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();
+        assert_eq!(text(&result), "Echo: hi");
+        let result = turn.call("client__get_sum", json!({"a": 2, "b": 40})).await.unwrap();
+        assert!(text(&result).contains("42"), "{result:?}");
+        // It reports progress on every step; the call still ends in its one result.
+        let args = json!({"duration": 1, "steps": 3});
+        let result = turn.call("client__trigger_long_running_operation", args).await.unwrap();
+        assert!(!result.is_error && text(&result).contains("completed"), "{result:?}");
+        bridge.stop().await.unwrap();
+    })
+    .await;
+    let progress = logs.lines().filter(|l| l.contains("server progress")).count();
+    assert_eq!(progress, 3, "one progress notification per step reached the bridge:\n{logs}");
+}
+
+#[tokio::test]
+async fn the_tether_binary_bridges_a_server_from_the_command_line() {
+    let edge = LiveEdge::start().await;
+    let record = Record::new("cli");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["bridge", "--edge", &edge.url, "--token", &edge.client_token("mira"), "--"])
+        .args(python_server(&record))
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The server's stderr comes out in the bridge's log.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (saw_tx, saw) = oneshot::channel();
+    tokio::spawn(async move {
+        let mut saw_tx = Some(saw_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("tether python test server starting") {
+                if let Some(tx) = saw_tx.take() {
+                    let _ = tx.send(line);
+                }
+            }
+        }
+    });
+    let line = tokio::time::timeout(WAIT_LIMIT, saw).await.unwrap().unwrap();
+    assert!(line.contains("mcp_server"), "{line}");
+
+    let link = edge.backend().await;
+    wait_until(|| edge.hub.session_count() == 1).await;
+    let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
+    let session = listed.sessions[0].session.clone();
+    assert_eq!(listed.sessions[0].server_info["name"], json!("tether-python-test"));
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+    assert_eq!(text(&turn.call("client__echo", json!({"message": "cli"})).await.unwrap()), "Echo: cli");
+
+    // SIGINT stops it cleanly: the device leaves and the bridge exits 0.
+    let pid = child.id().unwrap();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let status = tokio::time::timeout(WAIT_LIMIT, child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+    wait_until(|| edge.hub.session_count() == 0).await;
+}
