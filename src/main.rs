@@ -450,8 +450,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             };
             let name = view.server_info.get("name").and_then(Value::as_str).unwrap_or("?");
             println!(
-                "session {}  principal={}  device={name}  seq={}  pending={}",
-                view.session, view.principal, view.seq, view.pending_calls
+                "session {}  principal={}  device={name}  mcp={}  seq={}  pending={}",
+                view.session, view.principal, view.protocol_version, view.seq, view.pending_calls
             );
             println!("tools:");
             for t in &view.tools {
@@ -591,8 +591,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             for s in list.sessions {
                 let name = s.server_info.get("name").and_then(Value::as_str).unwrap_or("?");
                 println!(
-                    "{}  principal={}  device={}  seq={}  tools={}",
-                    s.session, s.principal, name, s.seq, s.tools
+                    "{}  principal={}  device={}  mcp={}  seq={}  tools={}",
+                    s.session, s.principal, name, s.protocol_version, s.seq, s.tools
                 );
             }
             Ok(())

@@ -162,6 +162,16 @@ impl DuplexEdge {
         size: usize,
         expires_in: Option<Duration>,
     ) -> WebSocketStream<DuplexStream> {
+        self.raw_device_announcing(size, expires_in, None).await
+    }
+
+    /// A raw device that announced `revision` at its upgrade.
+    pub async fn raw_device_announcing(
+        &self,
+        size: usize,
+        expires_in: Option<Duration>,
+        revision: Option<tether_edge::revision::Revision>,
+    ) -> WebSocketStream<DuplexStream> {
         let (edge_ws, device_end) = self.pipe(size).await;
         let (sink, stream) = edge_ws.split();
         tokio::spawn(tether_edge::session::serve_client(
@@ -170,6 +180,7 @@ impl DuplexEdge {
             stream,
             "mira".into(),
             expires_in,
+            revision,
             self.shutdown.clone(),
         ));
         WebSocketStream::from_raw_socket(device_end, Role::Client, None).await

@@ -37,6 +37,9 @@ pub struct SessionInfo {
     /// The device's `serverInfo`.
     #[serde(default)]
     pub server_info: Value,
+    /// The MCP revision the device speaks (`2025-11-25`, `2026-07-28`); empty from an older edge.
+    #[serde(default)]
+    pub protocol_version: String,
     /// Seq of the applied manifest.
     pub seq: u64,
     /// Tools in the applied manifest.
@@ -232,6 +235,9 @@ pub struct SessionInspect {
     pub principal: String,
     /// The device's `serverInfo`.
     pub server_info: Value,
+    /// The MCP revision the device speaks; empty from an older edge.
+    #[serde(default)]
+    pub protocol_version: String,
     /// Applied seq.
     pub seq: u64,
     /// Names in the applied manifest.

@@ -91,6 +91,7 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box
                         session: s.id.clone(),
                         principal: s.principal.clone(),
                         server_info: s.server_info(),
+                        protocol_version: s.revision().as_str().to_owned(),
                         seq: manifest.as_ref().map_or(0, |m| m.seq),
                         tools: manifest.as_ref().map_or(0, |m| m.view.tools.len()),
                     }

@@ -75,6 +75,10 @@ counters! {
     late_answers,
     /// Responses for ids the edge never sent or already answered (logged, ignored).
     unknown_responses,
+    /// Devices that refused `initialize` and were then started as 2026-07-28 (`server/discover`).
+    revision_fallbacks,
+    /// `subscriptions/listen` streams a 2026-07-28 device ended (its list_changed no longer arrives).
+    subscriptions_ended,
     /// Identity-provider key sets loaded (at start, on the interval, or for an unknown key id).
     jwks_refreshes,
     /// Identity-provider key loads that failed; the last good keys stay in use.
@@ -149,6 +153,8 @@ pub struct EdgeMetrics {
     pub frames_refused: Family<Label, Counter>,
     /// Latency per budget leg, in seconds.
     pub leg_seconds: Family<Label, Histogram>,
+    /// Device sessions opened, by the MCP revision they speak.
+    pub sessions_by_revision: Family<Label, Counter>,
     /// Connected device sessions.
     pub sessions: Gauge,
     /// Backend calls in flight.
@@ -174,6 +180,7 @@ impl Default for EdgeMetrics {
             drops: Family::default(),
             auth_refusals: Family::default(),
             frames_refused: Family::default(),
+            sessions_by_revision: Family::default(),
             leg_seconds: Family::new_with_constructor(leg_histogram as fn() -> Histogram),
             sessions: Gauge::default(),
             calls_in_flight: Gauge::default(),
@@ -191,6 +198,11 @@ impl Default for EdgeMetrics {
         registry.register("frames_refused", "Frames refused from peers, by kind", m.frames_refused.clone());
         registry.register("leg_seconds", "Latency of each budget leg, in seconds", m.leg_seconds.clone());
         registry.register("sessions", "Connected device sessions", m.sessions.clone());
+        registry.register(
+            "sessions_by_revision",
+            "Device sessions opened, by the MCP revision they speak",
+            m.sessions_by_revision.clone(),
+        );
         registry.register("calls_in_flight", "Backend calls in flight", m.calls_in_flight.clone());
         registry.register(
             "process_resident_bytes",

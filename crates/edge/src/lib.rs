@@ -30,6 +30,7 @@ pub mod hub;
 pub mod idp;
 pub mod manifest;
 pub mod names;
+pub mod revision;
 pub mod server;
 pub mod session;
 pub mod settings;

@@ -25,6 +25,7 @@ use crate::counters::EdgeCounters;
 use crate::counters::EdgeMetrics;
 use crate::hub::Hub;
 use crate::idp::{Idp, IdpCounters};
+use crate::revision::Revision;
 
 /// Why the edge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +52,7 @@ pub enum EdgeError {
 /// Which link an upgrade opened.
 #[derive(Debug)]
 enum Route {
-    Client(String, Option<Duration>, crate::hub::PrincipalSlot),
+    Client(String, Option<Duration>, crate::hub::PrincipalSlot, Option<Revision>),
     Backend(String),
 }
 
@@ -197,6 +198,17 @@ fn bearer(req: &Request) -> Option<String> {
     req.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("access_token=")).map(str::to_owned)
 }
 
+/// The MCP revision a device announced at the upgrade: the `MCP-Protocol-Version`
+/// header, or `mcp_protocol_version` in the query (browsers cannot set headers).
+fn announced_revision(req: &Request) -> Option<Revision> {
+    if let Some(v) = req.headers().get(crate::revision::HEADER).and_then(|v| v.to_str().ok()) {
+        return Revision::parse(v);
+    }
+    let query = req.uri().query()?;
+    let prefix = format!("{}=", crate::revision::QUERY);
+    query.split('&').find_map(|pair| pair.strip_prefix(prefix.as_str())).and_then(Revision::parse)
+}
+
 /// Decides an upgrade: which link, whose credential, and the response headers.
 fn upgrade(req: &Request, mut resp: Response, hub: &Arc<Hub>) -> Result<(Response, Route), Refusal> {
     let metrics = &hub.metrics;
@@ -262,7 +274,11 @@ fn upgrade(req: &Request, mut resp: Response, hub: &Arc<Hub>) -> Result<(Respons
                         ),
                     ));
                 };
-                Route::Client(claims.sub, Some(Duration::from_secs(claims.exp.saturating_sub(now))), slot)
+                // The same leeway the verification allowed: a token accepted within it
+                // must not be closed as expired the moment its session starts.
+                let expires_in =
+                    Some(Duration::from_secs((claims.exp + crate::auth::LEEWAY_SECS).saturating_sub(now)));
+                Route::Client(claims.sub, expires_in, slot, announced_revision(req))
             } else {
                 Route::Backend(claims.sub)
             };
@@ -344,9 +360,9 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, shut
     drop(unauthenticated);
     let (sink, stream) = ws.split();
     match route {
-        Some(Route::Client(principal, expires_in, _slot)) => {
+        Some(Route::Client(principal, expires_in, _slot, announced)) => {
             // `_slot` lives as long as the session: the principal's count drops when it ends.
-            crate::session::serve_client(hub, sink, stream, principal, expires_in, shutdown).await
+            crate::session::serve_client(hub, sink, stream, principal, expires_in, announced, shutdown).await
         }
         Some(Route::Backend(principal)) => {
             crate::backend::serve_backend(hub, sink, stream, principal, shutdown).await

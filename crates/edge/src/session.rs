@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -33,6 +33,7 @@ use crate::caps;
 use crate::counters::EdgeCounters;
 use crate::hub::{BackendEvent, Hub};
 use crate::manifest::{AppliedManifest, Identity, ManifestState, Swap};
+use crate::revision::Revision;
 use crate::ws::Outbound;
 
 /// How many timed-out call ids are remembered to recognise late answers.
@@ -64,6 +65,7 @@ enum RequestError {
     Timeout { id: u64 },
     Remote(Value),
     Overloaded,
+    Malformed(String),
 }
 
 /// What the reader hands a waiting request.
@@ -125,6 +127,12 @@ pub struct Session {
     caps: RwLock<Caps>,
     recent: Mutex<VecDeque<RecentCall>>,
     strikes: Mutex<(u32, Instant)>,
+    /// What the device announced at the upgrade, if anything.
+    announced: Option<Revision>,
+    /// What the handshake settled on.
+    revision: OnceLock<Revision>,
+    /// Id of the open `subscriptions/listen` request (0: none).
+    listen_id: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,7 +147,12 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Session {
-    fn new(hub: Arc<Hub>, principal: String, outbound: mpsc::Sender<Outbound>) -> Session {
+    fn new(
+        hub: Arc<Hub>,
+        principal: String,
+        announced: Option<Revision>,
+        outbound: mpsc::Sender<Outbound>,
+    ) -> Session {
         Session {
             id: uuid::Uuid::new_v4().to_string(),
             principal,
@@ -155,6 +168,9 @@ impl Session {
             caps: RwLock::new(hub.config.caps),
             recent: Mutex::default(),
             strikes: Mutex::new((0, Instant::now())),
+            announced,
+            revision: OnceLock::new(),
+            listen_id: AtomicU64::new(0),
             hub,
         }
     }
@@ -295,6 +311,7 @@ impl Session {
                 WireError::new(ErrorKind::ClientError, format!("device error: {}", device.message))
                     .with("device_code", e.get("code").cloned().unwrap_or(Value::Null))
             }
+            RequestError::Malformed(why) => WireError::new(ErrorKind::ClientError, why),
         }
     }
 
@@ -324,6 +341,7 @@ impl Session {
             session: self.id.clone(),
             principal: self.principal.clone(),
             server_info: self.server_info(),
+            protocol_version: self.revision().as_str().to_owned(),
             seq: manifest.as_ref().map_or(0, |m| m.seq),
             tools: manifest
                 .as_ref()
@@ -365,7 +383,7 @@ impl Session {
             .budget_ms
             .map(|b| Duration::from_millis(b).min(budgets.tool_call))
             .unwrap_or(budgets.tool_call);
-        let mut call_meta = Map::new();
+        let mut call_meta = self.request_meta();
         call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
@@ -402,6 +420,13 @@ impl Session {
             .with("direction", "response")
             .with("bytes", bytes)
             .with("limit", caps.result_bytes));
+        }
+        if crate::revision::input_required(&value) {
+            return Err(WireError::new(
+                ErrorKind::ClientError,
+                "the device asked for more input (input_required), which a tool call through the edge cannot supply",
+            )
+            .with("device_code", "input_required"));
         }
         let result: CallToolResult = serde_json::from_value(value).map_err(|e| {
             WireError::new(ErrorKind::ClientError, format!("device sent a malformed CallToolResult: {e}"))
@@ -455,10 +480,15 @@ impl Session {
         let mut paged_out = false;
         loop {
             pages += 1;
-            let params = match &cursor {
-                Some(c) => json!({"cursor": c}),
-                None => json!({}),
-            };
+            let mut params = Map::new();
+            if let Some(c) = &cursor {
+                params.insert("cursor".into(), Value::from(c.as_str()));
+            }
+            let envelope = self.request_meta();
+            if !envelope.is_empty() {
+                params.insert("_meta".into(), Value::Object(envelope));
+            }
+            let params = Value::Object(params);
             let left = deadline.saturating_duration_since(Instant::now());
             let (value, _) = self
                 .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST)
@@ -538,22 +568,79 @@ impl Session {
     /// is listed: a device told its manifest applied can be called at once.
     async fn initialize(&self) -> Result<Option<Value>, WireError> {
         let budget = self.hub.config.budgets.reread;
+        let revision = match self.announced {
+            Some(Revision::V2026_07_28) => {
+                self.discover(budget).await?;
+                Revision::V2026_07_28
+            }
+            _ => match self.initialize_2025(budget).await {
+                Ok(()) => Revision::V2025_11_25,
+                // A device that answers `initialize` with an error may be one that
+                // speaks only 2026-07-28 and did not announce it: ask it that way.
+                Err(RequestError::Remote(error)) => {
+                    EdgeCounters::bump(&self.counters().revision_fallbacks);
+                    info!(session = %self.id, error = %error, "device refused initialize; trying server/discover (2026-07-28)");
+                    self.discover(budget).await?;
+                    Revision::V2026_07_28
+                }
+                Err(e) => return Err(self.request_error(e, Leg::Reread, budget)),
+            },
+        };
+        let _ = self.revision.set(revision);
+        self.hub.metrics.sessions_by_revision.get_or_create(&[("revision", revision.as_str())]).inc();
+        let report = self.fetch_catalog(budget).await.map(|(_, report)| report)?;
+        if revision.stateless() {
+            self.listen_for_changes();
+        }
+        Ok(report)
+    }
+
+    /// The 2025-11-25 handshake: `initialize`, then `notifications/initialized`.
+    async fn initialize_2025(&self, budget: Duration) -> Result<(), RequestError> {
         let params = json!({
             "protocolVersion": MCP_PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": {"name": "tether-edge", "version": env!("CARGO_PKG_VERSION")},
             "_meta": {meta::SESSION: self.id},
         });
+        let (value, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE).await?;
+        let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
+            RequestError::Malformed(format!("device sent a malformed initialize result: {e}"))
+        })?;
+        self.claimed_session(init.meta.as_ref());
+        let concept = init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned();
+        self.set_identity(Identity {
+            server_info: init.server_info,
+            instructions: init.instructions,
+            concept,
+        });
+        self.send_notification(method::INITIALIZED, &json!({}));
+        Ok(())
+    }
+
+    /// The 2026-07-28 start: `server/discover` with the envelope; no handshake follows.
+    async fn discover(&self, budget: Duration) -> Result<(), WireError> {
+        let mut meta = crate::revision::envelope();
+        meta.insert(meta::SESSION.into(), Value::from(self.id.as_str()));
+        let discover = crate::revision::method::SERVER_DISCOVER;
         let (value, _) = self
-            .request(method::INITIALIZE, params, budget, method::INITIALIZE)
+            .request(discover, json!({ "_meta": meta }), budget, discover)
             .await
             .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
-        let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
-            WireError::new(ErrorKind::ClientError, format!("device sent a malformed initialize result: {e}"))
-        })?;
-        self.apply_client_profile(init.server_info.get("name").and_then(Value::as_str));
-        // Session identity is the edge's to mint, never a device's to claim.
-        if let Some(claimed) = init.meta.as_ref().and_then(|m| m.get(meta::SESSION)) {
+        let found = crate::revision::read_discover(&value)
+            .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
+        self.claimed_session(value.get("_meta").and_then(Value::as_object));
+        self.set_identity(Identity {
+            server_info: found.server_info,
+            instructions: found.instructions,
+            concept: found.concept,
+        });
+        Ok(())
+    }
+
+    /// Session identity is the edge's to mint, never a device's to claim.
+    fn claimed_session(&self, meta: Option<&Map<String, Value>>) {
+        if let Some(claimed) = meta.and_then(|m| m.get(meta::SESSION)) {
             if claimed.as_str() != Some(self.id.as_str()) {
                 EdgeCounters::bump(&self.counters().session_claims_ignored);
                 let mut shown = claimed.to_string();
@@ -561,16 +648,45 @@ impl Session {
                 warn!(session = %self.id, claimed = %shown, "device claimed another session id; ignored");
             }
         }
-        let identity = Identity {
-            server_info: init.server_info,
-            instructions: init.instructions,
-            concept: init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned(),
-        };
+    }
+
+    fn set_identity(&self, identity: Identity) {
+        self.apply_client_profile(identity.server_info.get("name").and_then(Value::as_str));
         if let Ok(mut guard) = self.identity.write() {
             *guard = identity;
         }
-        self.send_notification(method::INITIALIZED, &json!({}));
-        self.fetch_catalog(budget).await.map(|(_, report)| report)
+    }
+
+    /// Opens the 2026-07-28 `subscriptions/listen` stream for `list_changed`.
+    /// The request stays open for the session's life, so it has no pending
+    /// entry and no leg; its id is remembered to recognise its end.
+    fn listen_for_changes(&self) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.listen_id.store(id, Ordering::Relaxed);
+        let params = json!({
+            "notifications": {"toolsListChanged": true},
+            "_meta": crate::revision::envelope(),
+        });
+        let frame =
+            jsonrpc::request(&Value::from(id), crate::revision::method::SUBSCRIPTIONS_LISTEN, &params);
+        if self.outbound.try_send(Outbound::Text(frame)).is_err() {
+            EdgeCounters::bump(&self.counters().outbound_full);
+            warn!(session = %self.id, "could not open the list_changed subscription: outbound queue full");
+        }
+    }
+
+    /// The revision this session speaks (2025-11-25 until the handshake says otherwise).
+    pub fn revision(&self) -> Revision {
+        self.revision.get().copied().unwrap_or(Revision::V2025_11_25)
+    }
+
+    /// Request params' `_meta` for this session's revision: the envelope on 2026-07-28.
+    fn request_meta(&self) -> Map<String, Value> {
+        if self.revision().stateless() {
+            crate::revision::envelope()
+        } else {
+            Map::new()
+        }
     }
 
     /// Latches with `reason` and closes the socket with `code` and `text`.
@@ -675,6 +791,11 @@ impl Session {
                 return;
             }
         };
+        if id != 0 && id == self.listen_id.load(Ordering::Relaxed) {
+            EdgeCounters::bump(&self.counters().subscriptions_ended);
+            warn!(session = %self.id, "device ended its list_changed subscription; its catalog changes reach the edge only after calls that move the seq");
+            return;
+        }
         let mut link = lock(&self.link);
         if let Some(pending) = link.pending.remove(&id) {
             drop(link);
@@ -695,6 +816,10 @@ impl Session {
     }
 
     fn on_notification(&self, method: &str, params: &Value) {
+        if method == crate::revision::method::SUBSCRIPTIONS_ACKNOWLEDGED {
+            debug!(session = %self.id, "device acknowledged the list_changed subscription");
+            return;
+        }
         if method != method::LIST_CHANGED {
             debug!(session = %self.id, method, "device notification ignored");
             return;
@@ -750,6 +875,7 @@ pub async fn serve_client<S, W>(
     stream: S,
     principal: String,
     expires_in: Option<Duration>,
+    announced: Option<Revision>,
     shutdown: CancellationToken,
 ) where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
@@ -757,7 +883,7 @@ pub async fn serve_client<S, W>(
 {
     let expires_at = expires_in.map(|d| Instant::now() + d);
     let (tx, rx) = mpsc::channel(hub.config.outbound_queue);
-    let session = Arc::new(Session::new(Arc::clone(&hub), principal, tx));
+    let session = Arc::new(Session::new(Arc::clone(&hub), principal, announced, tx));
     let writer_session = Arc::clone(&session);
     let writer = tokio::spawn(async move {
         let closed = writer_session.closed.clone();
