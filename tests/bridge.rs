@@ -31,7 +31,8 @@ use tether_contract::{Budgets, ErrorKind};
 use tether_core::{Notification, Turn};
 
 const PY_INSTRUCTIONS: &str = "Tether test server on the Python MCP SDK. Call `echo` to hear a message back; `slow` waits the seconds it is given.";
-const PY_TOOLS: [&str; 4] = ["client__echo", "client__enable_extra", "client__reject", "client__slow"];
+const PY_TOOLS: [&str; 5] =
+    ["client__abandon", "client__echo", "client__enable_extra", "client__reject", "client__slow"];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -294,6 +295,32 @@ async fn a_call_the_edge_cancels_reaches_the_server_as_a_cancellation() {
     wait_until(|| record.text().contains("slow cancelled")).await;
     wait_until(|| bridge.counters().get("calls_cancelled_by_edge") == Some(1)).await;
     assert_eq!(bridge.counters().get("calls_backstopped"), Some(0));
+    bridge.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_the_server_cancels_itself_is_answered_as_a_structured_error() {
+    let edge = LiveEdge::start().await;
+    let record = Record::new("abandon");
+    let mut cfg = config(&edge, python_server(&record));
+    // On the initialize era a server's notifications/cancelled reaches the client handler.
+    cfg.lifecycle = Lifecycle::Legacy;
+    let bridge = Bridge::start(cfg).unwrap();
+    let session = session(&bridge).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+
+    let started = tokio::time::Instant::now();
+    let err = turn.call("client__abandon", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ClientError, "{err:?}");
+    assert_eq!(err.detail("code"), Some(&json!("cancelled_by_server")));
+    assert_eq!(err.detail("retryable"), Some(&json!(true)));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered at once, not at the server's 5 s or the deadline"
+    );
+    assert!(record.text().contains("abandon cancelled"));
+    assert_eq!(bridge.counters().get("calls_abandoned_by_server"), Some(1));
     bridge.stop().await.unwrap();
 }
 

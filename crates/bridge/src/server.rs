@@ -45,6 +45,9 @@ use crate::{DeadlinePolicy, Lifecycle};
 /// How long the MCP start (rmcp's `server/discover` probe, which waits up to
 /// 10 s for a legacy server, then `initialize`) may take.
 const HANDSHAKE_BUDGET: Duration = Duration::from_secs(30);
+/// How long a server whose MCP stream ended may take to exit by itself before
+/// the bridge decides it closed the stream while alive (and stops it).
+const STREAM_EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long a server told to stop (stdin closed) may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Longest stderr line logged as is; the rest of the line is cut (counted).
@@ -389,14 +392,18 @@ impl Server {
         // When rmcp's loop ends (stdout closed, the stream broke), the server
         // is no use any more: end its process too, so the bridge restarts it.
         {
-            let (stop, exit, stream_closed) = (stop.clone(), exit_rx.clone(), Arc::clone(&stream_closed));
+            let (stop, mut exit, stream_closed) = (stop.clone(), exit_rx.clone(), Arc::clone(&stream_closed));
             let stopping = Arc::clone(&stopping);
             tokio::spawn(
                 async move {
                     let reason = running.waiting().await;
-                    if exit.borrow().is_none() && !stopping.load(Ordering::Relaxed) {
+                    // A process that dies closes its stdout as it goes: give its
+                    // exit a moment to land before blaming the stream.
+                    let exited =
+                        tokio::time::timeout(STREAM_EXIT_GRACE, exit.wait_for(Option::is_some)).await.is_ok();
+                    if !exited && !stopping.load(Ordering::Relaxed) {
                         stream_closed.store(true, Ordering::Relaxed);
-                        debug!(?reason, "MCP stream ended while the process lives; stopping it");
+                        warn!(?reason, "the server closed its MCP stream but kept running; stopping it");
                     }
                     stop.cancel();
                 }

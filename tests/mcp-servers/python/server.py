@@ -9,7 +9,9 @@ real edge and the real tether-core:
 - `slow` sleeps, and records on stderr and in the `--record` file that it
   was cancelled, so a test can see a cancellation reach the server;
 - `enable_extra` adds the tool `extra` at runtime and announces it;
-- `reject` fails with a JSON-RPC error (not an `isError` result).
+- `reject` fails with a JSON-RPC error (not an `isError` result);
+- `abandon` cancels its own call from the server's side, as a misbehaving
+  server might, and never answers in time.
 
 Usage: server.py [--record PATH]
 """
@@ -17,6 +19,7 @@ Usage: server.py [--record PATH]
 import sys
 
 import anyio
+import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
@@ -75,6 +78,17 @@ async def enable_extra(ctx: Context) -> str:
         await ctx.session.send_tool_list_changed()
     note(f"enable_extra announced a new tool (protocol {ctx.protocol_version})")
     return "extra enabled"
+
+
+@mcp.tool()
+async def abandon(ctx: Context) -> str:
+    """Cancel this very call from the server's side (a misbehaving server), then never answer it."""
+    request_id = int(ctx.request_id) if str(ctx.request_id).isdigit() else ctx.request_id
+    params = types.CancelledNotificationParams(request_id=request_id, reason="the server gave up")
+    await ctx.session.send_notification(types.CancelledNotification(params=params))
+    note(f"abandon cancelled id={ctx.request_id} from the server side")
+    await anyio.sleep(5)
+    return "too late"
 
 
 @mcp.tool()
