@@ -324,6 +324,24 @@ async fn a_call_the_server_cancels_itself_is_answered_as_a_structured_error() {
     bridge.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn only_a_refused_credential_or_a_command_that_cannot_start_stops_the_bridge() {
+    let edge = LiveEdge::start().await;
+    let record = Record::new("fatal");
+    let refused = Bridge::start(BridgeConfig::new(&edge.url, "not-a-token", python_server(&record))).unwrap();
+    let ended = tokio::time::timeout(WAIT_LIMIT, refused.join()).await.unwrap();
+    assert!(matches!(ended, Err(tether_bridge::BridgeError::Refused { status: 401 })), "{ended:?}");
+
+    let missing = vec!["/nonexistent/mcp-server".to_owned()];
+    let failed = Bridge::start(config(&edge, missing)).unwrap();
+    let ended = tokio::time::timeout(WAIT_LIMIT, failed.join()).await.unwrap();
+    assert!(matches!(ended, Err(tether_bridge::BridgeError::Spawn { .. })), "{ended:?}");
+
+    let bad = BridgeConfig::new("http://127.0.0.1:1", "t", vec!["x".into()]);
+    assert!(matches!(Bridge::start(bad), Err(tether_bridge::BridgeError::Config(_))));
+    assert!(matches!(Bridge::start(config(&edge, vec![])), Err(tether_bridge::BridgeError::Config(_))));
+}
+
 /// A stand-in edge that greets the device with `initialize`, hands back the
 /// answer, then reports the close frame the device sends.
 async fn greeting_edge() -> (String, oneshot::Receiver<Value>, oneshot::Receiver<Option<CloseFrame>>) {

@@ -27,6 +27,9 @@ pub enum BridgeError {
         /// The HTTP status of the refusal.
         status: u16,
     },
+    /// The bridge's task panicked or was cancelled: a bug, report it.
+    #[error("the bridge task ended abnormally: {0}")]
+    Aborted(String),
 }
 
 /// What is wrong with a [`crate::BridgeConfig`].

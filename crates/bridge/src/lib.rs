@@ -190,8 +190,21 @@ impl Bridge {
     /// returns how the bridge ended (an error if it had already failed).
     pub async fn stop(mut self) -> Result<(), BridgeError> {
         self.shutdown.cancel();
+        self.finish().await
+    }
+
+    /// Waits until the bridge ends by itself, which only a fatal error does
+    /// (a refused credential, a command that cannot start), and returns it.
+    pub async fn join(mut self) -> Result<(), BridgeError> {
+        self.finish().await
+    }
+
+    async fn finish(&mut self) -> Result<(), BridgeError> {
         match self.task.take() {
-            Some(task) => task.await.unwrap_or(Ok(())),
+            Some(task) => match task.await {
+                Ok(ended) => ended,
+                Err(e) => Err(BridgeError::Aborted(e.to_string())),
+            },
             None => Ok(()),
         }
     }

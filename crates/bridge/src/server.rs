@@ -423,6 +423,9 @@ impl Server {
                 .instrument(span.clone()),
             )
         });
+        if info.capabilities.tools.is_none() {
+            warn!(server = %name, "server declares no tools capability; the device will offer no tools");
+        }
         info!(
             server = %name,
             pid,
@@ -467,8 +470,13 @@ impl Server {
         self.info.instructions.as_deref()
     }
 
-    /// Every tool the server lists now (rmcp follows every page).
+    /// Every tool the server lists now (rmcp follows every page); none for a
+    /// server without the tools capability, which is a device with no tools
+    /// rather than one whose every catalog read fails.
     pub(crate) async fn tools(&self) -> Result<Vec<ToolDeclaration>, ServiceError> {
+        if self.info.capabilities.tools.is_none() {
+            return Ok(Vec::new());
+        }
         let tools = self.peer.list_all_tools().await?;
         let mut out = Vec::with_capacity(tools.len());
         for tool in tools {
