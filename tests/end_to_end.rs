@@ -133,6 +133,8 @@ async fn every_bad_token_gets_401_and_no_session() {
         ("garbage", Some("garbage".into())),
         ("other key", Some(other.sign(&claims(now + 60, now, "tether-client")).unwrap())),
         ("expired", Some(k.sign(&claims(now - 3600, now - 7200, "tether-client")).unwrap())),
+        // Within the verification leeway, but past `exp`: a session would only be closed at once.
+        ("expired within the leeway", Some(k.sign(&claims(now - 5, now - 600, "tether-client")).unwrap())),
         ("not yet valid", Some(k.sign(&claims(now + 7200, now + 3600, "tether-client")).unwrap())),
         ("wrong audience", Some(k.sign(&claims(now + 60, now, "tether-backend")).unwrap())),
         ("tampered", Some(tampered.join("."))),

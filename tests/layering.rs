@@ -168,6 +168,19 @@ fn core_and_contract_name_no_client_domain() {
         "printer",
         "screen",
         "mira",
+        // the TypeScript SDK's browser example and its kind of client
+        "browser",
+        "chromium",
+        "shopper",
+        "cart",
+        "checkout",
+        "outdoor",
+        // the bridge and the MCP servers it runs, and the revision tests' devices
+        "bridge",
+        "python",
+        "server-everything",
+        "shelf",
+        "warehouse",
         // the example server-side source's domain
         "get_order",
         "order_id",

@@ -176,7 +176,8 @@ pub enum SecretError {
     Random(String),
 }
 
-fn now_secs() -> u64 {
+/// Seconds since the epoch on this machine's clock (what `exp` and `nbf` are compared with).
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use tether_contract::{BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
 
-use crate::auth::{AuthError, Keys, Link, SecretError, SecretSource, Verifier};
+use crate::auth::{self, AuthError, Keys, Link, SecretError, SecretSource, Verifier};
 use crate::config::{ConfigError, EdgeConfig};
 use crate::counters::EdgeCounters;
 use crate::counters::EdgeMetrics;
@@ -255,6 +255,13 @@ fn upgrade(req: &Request, mut resp: Response, hub: &Arc<Hub>) -> Result<(Respons
         None => Err(AuthError::Missing),
         Some(token) => hub.auth.verify(&token, link),
     };
+    // The leeway forgives clock skew in verification, but a device token already
+    // past its `exp` would open a session only to be closed as expired at once
+    // (and a client with a fixed token would loop): refuse it here.
+    let verified = verified.and_then(|claims| match link {
+        Link::Client if claims.exp <= auth::now_secs() => Err(AuthError::Expired),
+        _ => Ok(claims),
+    });
     match verified {
         Ok(claims) => {
             let route = if link == Link::Client {
@@ -274,10 +281,7 @@ fn upgrade(req: &Request, mut resp: Response, hub: &Arc<Hub>) -> Result<(Respons
                         ),
                     ));
                 };
-                // The same leeway the verification allowed: a token accepted within it
-                // must not be closed as expired the moment its session starts.
-                let expires_in =
-                    Some(Duration::from_secs((claims.exp + crate::auth::LEEWAY_SECS).saturating_sub(now)));
+                let expires_in = Some(Duration::from_secs(claims.exp.saturating_sub(now)));
                 Route::Client(claims.sub, expires_in, slot, announced_revision(req))
             } else {
                 Route::Backend(claims.sub)

@@ -1004,7 +1004,16 @@ where
         };
         last_seen = Instant::now();
         match next {
-            None | Some(Ok(Message::Close(_))) => return "disconnected",
+            None => return "disconnected",
+            Some(Ok(Message::Close(frame))) => {
+                // The device's own word on why it left (a bridge names its server's exit).
+                if let Some(frame) = frame {
+                    let mut why = frame.reason.to_string();
+                    tether_contract::error::truncate_utf8(&mut why, 123);
+                    info!(session = %session.id, code = u16::from(frame.code), reason = %why, "device closed the connection");
+                }
+                return "disconnected";
+            }
             Some(Ok(Message::Text(text))) => session.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => {
                 EdgeCounters::bump(&session.counters().binary_frames);
