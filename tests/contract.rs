@@ -1,4 +1,4 @@
-//! The contract suite: what edge and core must agree on, pinned (DESIGN §7).
+//! The contract suite: what edge and core must agree on, pinned.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
 

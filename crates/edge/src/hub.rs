@@ -1,6 +1,6 @@
 //! The in-process router: which sessions are connected, and who hears about them.
 //!
-//! This is the seam DESIGN §10 scales out behind: a later NATS router answers
+//! This is the seam a cluster scales out behind: a later NATS router answers
 //! the same questions for sessions held by other edges.
 
 use std::collections::{HashMap, VecDeque};
