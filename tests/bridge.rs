@@ -13,7 +13,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -38,41 +37,7 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A Python with `mcp` 2.3.0: `TETHER_TEST_PYTHON`, else `<repo>/.venv/bin/python`.
-fn python() -> String {
-    static PYTHON: OnceLock<String> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let mut candidates = Vec::new();
-            if let Ok(p) = std::env::var("TETHER_TEST_PYTHON") {
-                candidates.push(p);
-            }
-            candidates.push(repo().join(".venv/bin/python").display().to_string());
-            let mut found = Vec::new();
-            for candidate in &candidates {
-                let probe = "import importlib.metadata as m, mcp.server.mcpserver; print(m.version('mcp'))";
-                let out = std::process::Command::new(candidate).args(["-c", probe]).output();
-                match out {
-                    Ok(o) if o.status.success() => {
-                        let version = String::from_utf8_lossy(&o.stdout).trim().to_owned();
-                        if version == "2.3.0" {
-                            return candidate.clone();
-                        }
-                        found.push(format!("{candidate}: mcp {version}"));
-                    }
-                    Ok(o) => found.push(format!("{candidate}: {}", String::from_utf8_lossy(&o.stderr).trim())),
-                    Err(e) => found.push(format!("{candidate}: {e}")),
-                }
-            }
-            panic!(
-                "no Python with the MCP SDK (mcp==2.3.0) for the bridge tests ({}). Set it up from the repository root:\n  \
-                 python3 -m venv .venv && .venv/bin/pip install -r tests/mcp-servers/python/requirements.txt\n\
-                 or point TETHER_TEST_PYTHON at a Python that has it.",
-                found.join("; ")
-            )
-        })
-        .clone()
-}
+use common::python;
 
 /// A file the Python server notes its `slow` tool's cancellations in; removed on drop.
 struct Record(PathBuf);

@@ -320,3 +320,79 @@ mod rmcp_device {
         }
     }
 }
+
+/// A device on the official Python SDK (`mcp` 2.3.0, the server of
+/// `tests/mcp-servers/python/server.py`) dialing a real edge over a WebSocket
+/// (`ws_device.py`): the SDK serves both revisions over the same socket.
+mod python_device {
+    use super::*;
+
+    /// The Python device process, killed on drop.
+    struct Device(std::process::Child);
+
+    impl Drop for Device {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn spawn(edge: &LiveEdge, announce: Option<&str>) -> Device {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp-servers/python");
+        let mut cmd = std::process::Command::new(common::python());
+        cmd.current_dir(dir).args(["ws_device.py", &edge.url, &edge.client_token("mira")]);
+        if let Some(revision) = announce {
+            cmd.args(["--announce", revision]);
+        }
+        Device(cmd.stdin(std::process::Stdio::null()).spawn().unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_python_sdk_device_speaks_either_revision_and_its_changes_arrive() {
+        let edge = LiveEdge::start().await;
+        let link = std::sync::Arc::new(edge.backend().await);
+        let mut notes = link.notifications().unwrap();
+        for (announce, expected) in [(Some(MODERN), MODERN), (None, "2025-11-25")] {
+            let _device = spawn(&edge, announce);
+            common::wait_until(|| {
+                edge.hub
+                    .sessions()
+                    .iter()
+                    .any(|s| s.revision().as_str() == expected && s.manifest().is_some())
+            })
+            .await;
+            let session =
+                edge.hub.sessions().into_iter().find(|s| s.revision().as_str() == expected).unwrap();
+            let mut turn = tether_core::Turn::begin(&link, &session.id, tether_contract::Budgets::default())
+                .await
+                .with_credential(common::user("mira"));
+            assert!(turn.context_block(2048).unwrap_or_default().contains("Python MCP SDK"), "{expected}");
+            let echoed = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();
+            assert_eq!(echoed.content[0]["text"], json!("Echo: hi"), "{expected}");
+
+            // The server adds a tool and announces it: on 2026-07-28 over the
+            // listen stream the edge opened, on 2025-11-25 as a plain notification.
+            turn.call("client__enable_extra", json!({})).await.unwrap();
+            let moved = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    match notes.recv().await {
+                        Some(tether_core::Notification::ListChanged(c)) if c.session == session.id => {
+                            return c
+                        }
+                        Some(_) => continue,
+                        None => panic!("the backend link closed"),
+                    }
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{expected}: the new tool was never announced"));
+            assert!(moved.seq > 1, "{expected}");
+            let mut turn = tether_core::Turn::begin(&link, &session.id, tether_contract::Budgets::default())
+                .await
+                .with_credential(common::user("mira"));
+            turn.call("client__extra", json!({})).await.unwrap();
+            drop(_device);
+            common::wait_until(|| edge.hub.session(&session.id).is_none()).await;
+        }
+    }
+}

@@ -287,3 +287,39 @@ pub async fn capture_logs<F: Future>(f: F) -> (F::Output, String) {
     let text = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
     (out, text)
 }
+
+/// A Python with `mcp` 2.3.0: `TETHER_TEST_PYTHON`, else `<repo>/.venv/bin/python`.
+pub fn python() -> String {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let mut candidates = Vec::new();
+            if let Ok(p) = std::env::var("TETHER_TEST_PYTHON") {
+                candidates.push(p);
+            }
+            candidates.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python").display().to_string());
+            let mut found = Vec::new();
+            for candidate in &candidates {
+                let probe = "import importlib.metadata as m, mcp.server.mcpserver; print(m.version('mcp'))";
+                let out = std::process::Command::new(candidate).args(["-c", probe]).output();
+                match out {
+                    Ok(o) if o.status.success() => {
+                        let version = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+                        if version == "2.3.0" {
+                            return candidate.clone();
+                        }
+                        found.push(format!("{candidate}: mcp {version}"));
+                    }
+                    Ok(o) => found.push(format!("{candidate}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+                    Err(e) => found.push(format!("{candidate}: {e}")),
+                }
+            }
+            panic!(
+                "no Python with the MCP SDK (mcp==2.3.0) for the tests that run MCP servers ({}). Set it up from the repository root:\n  \
+                 python3 -m venv .venv && .venv/bin/pip install -r tests/mcp-servers/python/requirements.txt\n\
+                 or point TETHER_TEST_PYTHON at a Python that has it.",
+                found.join("; ")
+            )
+        })
+        .clone()
+}
