@@ -163,6 +163,7 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
         let ours = listed.sessions.iter().find(|s| s.session == session).unwrap();
         assert_eq!(ours.server_info["name"], json!("tether-python-test"));
+        assert_eq!(ours.protocol_version, "2026-07-28", "the bridge speaks what its server speaks");
 
         // A call through core gets the server's real answer, stamped with the bridge's seq.
         let result = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();
@@ -199,6 +200,9 @@ async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_era
         assert_eq!(bridge.status().borrow().protocol.as_deref(), Some(revision));
         let link = edge.backend().await;
         let mut events = link.notifications().unwrap();
+        let listed = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
+        let ours = listed.iter().find(|s| s.session == session).unwrap();
+        assert_eq!(ours.protocol_version, revision, "the edge hears the server's revision");
         let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
         assert!(!names(&turn).contains(&"client__extra".to_owned()));
 
@@ -216,6 +220,9 @@ async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_era
         let result = turn.call("client__extra", json!({})).await.unwrap();
         assert_eq!(text(&result), "extra!");
         assert!(bridge.counters().get("list_changed_forwarded").unwrap() >= 1);
+        // Announced at the upgrade (no initialize tried first), and the listen stream stayed open.
+        assert_eq!(edge.hub.counters().get("revision_fallbacks"), 0, "{revision}");
+        assert_eq!(edge.hub.counters().get("subscriptions_ended"), 0, "{revision}");
         bridge.stop().await.unwrap();
     }
 }
@@ -307,21 +314,42 @@ async fn only_a_refused_credential_or_a_command_that_cannot_start_stops_the_brid
     assert!(matches!(Bridge::start(config(&edge, vec![])), Err(tether_bridge::BridgeError::Config(_))));
 }
 
-/// A stand-in edge that greets the device with `initialize`, hands back the
-/// answer, then reports the close frame the device sends.
-async fn greeting_edge() -> (String, oneshot::Receiver<Value>, oneshot::Receiver<Option<CloseFrame>>) {
+/// What a stand-in edge saw: the revision the device announced at the upgrade,
+/// the answer to its greeting, the close frame.
+struct Greeted {
+    announced: oneshot::Receiver<Option<String>>,
+    answer: oneshot::Receiver<Value>,
+    closed: oneshot::Receiver<Option<CloseFrame>>,
+}
+
+/// Accepts one device on `listener`, echoing `tether.v1`; reports the
+/// `MCP-Protocol-Version` it announced.
+async fn accept_device(
+    listener: &tokio::net::TcpListener,
+    announced: oneshot::Sender<Option<String>>,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let (tcp, _) = listener.accept().await.unwrap();
+    #[allow(clippy::result_large_err)] // tungstenite's callback type, not ours
+    let echo_protocol = |request: &Request, mut response: Response| {
+        let header = request.headers().get("mcp-protocol-version");
+        let _ = announced.send(header.and_then(|v| v.to_str().ok()).map(str::to_owned));
+        response.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("tether.v1"));
+        Ok(response)
+    };
+    tokio_tungstenite::accept_hdr_async(tcp, echo_protocol).await.unwrap()
+}
+
+/// A stand-in edge that greets the device with `initialize` (as an edge that
+/// predates 2026-07-28 would), hands back the answer, then reports the close
+/// frame the device sends.
+async fn greeting_edge() -> (String, Greeted) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
-    let (greeted_tx, greeted) = oneshot::channel();
+    let (greeted_tx, answer) = oneshot::channel();
     let (closed_tx, closed) = oneshot::channel();
+    let (announced_tx, announced) = oneshot::channel();
     tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        #[allow(clippy::result_large_err)] // tungstenite's callback type, not ours
-        let echo_protocol = |_: &Request, mut response: Response| {
-            response.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("tether.v1"));
-            Ok(response)
-        };
-        let mut ws = tokio_tungstenite::accept_hdr_async(tcp, echo_protocol).await.unwrap();
+        let mut ws = accept_device(&listener, announced_tx).await;
         let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "stand-in", "version": "0"}}});
         ws.send(Message::text(init.to_string())).await.unwrap();
@@ -341,21 +369,25 @@ async fn greeting_edge() -> (String, oneshot::Receiver<Value>, oneshot::Receiver
             }
         }
     });
-    (url, greeted, closed)
+    (url, Greeted { announced, answer, closed })
 }
 
 #[tokio::test]
 async fn a_crashed_server_closes_the_device_connection_with_a_reason_naming_its_exit() {
-    let (url, greeted, closed) = greeting_edge().await;
+    let (url, Greeted { announced, answer, closed }) = greeting_edge().await;
     let record = Record::new("close-reason");
     let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
     let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
-    let answer = tokio::time::timeout(WAIT_LIMIT, greeted).await.unwrap().unwrap();
+    let announced = tokio::time::timeout(WAIT_LIMIT, announced).await.unwrap().unwrap();
+    assert_eq!(announced.as_deref(), Some("2026-07-28"), "the Python server's revision is announced");
+    // An edge that greets with initialize anyway gets the 2025-11-25 answer.
+    let answer = tokio::time::timeout(WAIT_LIMIT, answer).await.unwrap().unwrap();
     assert_eq!(answer["id"], json!(1));
     assert_eq!(answer["result"]["protocolVersion"], json!("2025-11-25"));
     assert_eq!(answer["result"]["serverInfo"]["name"], json!("tether-python-test"));
     assert_eq!(answer["result"]["capabilities"]["tools"]["listChanged"], json!(true));
     assert_eq!(answer["result"]["instructions"], json!(PY_INSTRUCTIONS));
+    assert!(answer["result"].get("resultType").is_none(), "2025-11-25 shapes: {answer}");
 
     let pid = bridge.status().borrow().server_pid.unwrap();
     kill(pid);
@@ -363,6 +395,133 @@ async fn a_crashed_server_closes_the_device_connection_with_a_reason_naming_its_
     assert_eq!(u16::from(frame.code), 1011);
     assert_eq!(frame.reason.as_str(), "MCP server python exited (signal: 9 (SIGKILL))");
     bridge.stop().await.unwrap();
+}
+
+/// The next text frame from the device, as JSON (bounded).
+async fn next_json(ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>) -> Value {
+    let read = async {
+        loop {
+            match ws.next().await.expect("the device hung up").unwrap() {
+                Message::Text(t) => return serde_json::from_str::<Value>(t.as_str()).unwrap(),
+                Message::Close(frame) => panic!("the device closed: {frame:?}"),
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, read).await.expect("no frame from the device in time")
+}
+
+/// The 2026-07-28 envelope a 2026-07-28 edge puts in every request's `_meta`.
+fn envelope(extra: Value) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stand-in", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    if let (Some(m), Value::Object(extra)) = (meta.as_object_mut(), extra) {
+        m.extend(extra);
+    }
+    meta
+}
+
+#[tokio::test]
+async fn a_2026_07_28_server_makes_a_2026_07_28_device_discovered_and_changes_on_the_listen_stream() {
+    // A stand-in edge plays exactly the frames the edge sends a 2026-07-28 device.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let record = Record::new("modern-frames");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let (announced_tx, announced) = oneshot::channel();
+    let mut ws = tokio::time::timeout(WAIT_LIMIT, accept_device(&listener, announced_tx)).await.unwrap();
+    assert_eq!(announced.await.unwrap().as_deref(), Some("2026-07-28"), "announced at the upgrade");
+
+    let send = |v: Value| Message::text(v.to_string());
+    ws.send(send(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": envelope(json!({"tether.dev/session": "s-1"}))}})))
+        .await
+        .unwrap();
+    let discovered = next_json(&mut ws).await;
+    assert_eq!(discovered["id"], json!(1), "{discovered}");
+    let r = &discovered["result"];
+    assert_eq!(r["resultType"], json!("complete"), "{discovered}");
+    assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(r["capabilities"], json!({"tools": {"listChanged": true}}));
+    assert_eq!(r["instructions"], json!(PY_INSTRUCTIONS));
+    assert_eq!((&r["ttlMs"], &r["cacheScope"]), (&json!(0), &json!("private")));
+    assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], json!("tether-python-test"));
+    assert!(r.get("protocolVersion").is_none() && r.get("serverInfo").is_none(), "{discovered}");
+
+    ws.send(send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": envelope(json!({}))}}),
+    ))
+    .await
+    .unwrap();
+    let listed = next_json(&mut ws).await;
+    let r = &listed["result"];
+    assert_eq!(r["resultType"], json!("complete"), "{listed}");
+    assert_eq!((&r["ttlMs"], &r["cacheScope"]), (&json!(0), &json!("private")));
+    assert_eq!(r["tools"].as_array().unwrap().len(), PY_TOOLS.len());
+    assert_eq!(r["_meta"]["tether.dev/seq"], json!(1));
+
+    ws.send(send(json!({"jsonrpc": "2.0", "id": 3, "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": envelope(json!({}))}})))
+        .await
+        .unwrap();
+    let ack = next_json(&mut ws).await;
+    assert_eq!(
+        ack,
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": {"io.modelcontextprotocol/subscriptionId": 3}, "notifications": {"toolsListChanged": true}}})
+    );
+
+    // A call completes; the change it makes rides the listen stream, tagged with it.
+    ws.send(send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "enable_extra", "arguments": {}, "_meta": envelope(json!({"tether.dev/deadline_ms": 7000}))}})))
+    .await
+    .unwrap();
+    let (mut result, mut changed) = (None, None);
+    while result.is_none() || changed.is_none() {
+        let frame = next_json(&mut ws).await;
+        assert_ne!(frame["id"], json!(3), "the listen request stays open: {frame}");
+        match frame["method"].as_str() {
+            Some("notifications/tools/list_changed") => changed = Some(frame),
+            None if frame["id"] == json!(4) => result = Some(frame),
+            _ => panic!("unexpected {frame}"),
+        }
+    }
+    let result = &result.unwrap()["result"];
+    assert_eq!(result["resultType"], json!("complete"), "{result}");
+    assert_eq!(result["content"][0]["text"], json!("extra enabled"));
+    assert!(result["_meta"]["tether.dev/seq"].is_u64(), "{result}");
+    let meta = &changed.unwrap()["params"]["_meta"];
+    assert_eq!(meta["io.modelcontextprotocol/subscriptionId"], json!(3), "{meta}");
+    assert!(meta["tether.dev/seq"].as_u64().unwrap() >= 2, "{meta}");
+
+    ws.send(send(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"_meta": envelope(json!({}))}}),
+    ))
+    .await
+    .unwrap();
+    let pong = next_json(&mut ws).await;
+    assert_eq!(pong, json!({"jsonrpc": "2.0", "id": 5, "result": {"resultType": "complete"}}));
+
+    // Stopping closes the connection; the listen request is never answered.
+    let stopping = tokio::spawn(bridge.stop());
+    let rest = async {
+        while let Some(Ok(message)) = ws.next().await {
+            match message {
+                Message::Text(t) => panic!("nothing after the stop but a close frame: {t}"),
+                Message::Close(frame) => return frame,
+                _ => {}
+            }
+        }
+        None
+    };
+    let frame = tokio::time::timeout(WAIT_LIMIT, rest).await.unwrap().expect("a close frame");
+    assert_eq!(u16::from(frame.code), 1001);
+    drop(ws);
+    stopping.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -451,6 +610,9 @@ async fn server_everything_lists_its_tools_echoes_and_its_progress_is_harmless()
         let protocol = bridge.status().borrow().protocol.clone();
         assert_eq!(protocol.as_deref(), Some("2025-11-25"), "server-everything is legacy-only");
         let link = edge.backend().await;
+        let listed = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
+        let ours = listed.iter().find(|s| s.session == session).unwrap();
+        assert_eq!(ours.protocol_version, "2025-11-25", "a legacy server makes a 2025-11-25 device");
         let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
         let manifest = turn.manifest().unwrap();
         assert_eq!(names(&turn).len(), 13, "{:?} (dropped: {:?})", names(&turn), manifest.dropped);

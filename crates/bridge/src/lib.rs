@@ -3,9 +3,11 @@
 //! The bridge spawns an MCP server, speaks MCP to it with the official Rust
 //! SDK (rmcp; whichever revision the server speaks, 2026-07-28 or the
 //! `initialize` era), and presents it to a tether edge over `/v1/client` as
-//! a device of revision 2025-11-25: the server's identity and instructions,
-//! its tools (paged under the frame ceiling), its tool changes, and calls
-//! run under the edge's deadline with cancellation both ways.
+//! a device of that same revision (announced at the upgrade for 2026-07-28,
+//! so the edge asks `server/discover` and opens a listen stream; a legacy
+//! server's device is greeted with `initialize`): the server's identity and
+//! instructions, its tools (paged under the frame ceiling), its tool changes,
+//! and calls run under the edge's deadline with cancellation both ways.
 //!
 //! It keeps the device up: a server that exits closes the device connection
 //! with a reason and is restarted with jittered exponential backoff; an edge

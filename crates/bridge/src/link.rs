@@ -1,13 +1,23 @@
 //! The device side: one WebSocket connection to the edge's `/v1/client`,
-//! speaking tether's client link (MCP 2025-11-25 shapes, server role, one
-//! JSON-RPC message per text frame) on behalf of the MCP server.
+//! speaking tether's client link (server role, one JSON-RPC message per text
+//! frame) on behalf of the MCP server, in the revision the server speaks.
 //!
-//! The edge asks (`initialize`, `tools/list`, `tools/call`, `ping`) and the
-//! bridge answers from the server; the server's `list_changed` becomes a
-//! `notifications/tools/list_changed` carrying the new seq. Every frame the
-//! bridge sends stays under the transport ceiling: catalogs are paged,
-//! instructions cut, and an oversized result is replaced by an `isError`
-//! result, because one frame over the ceiling closes the whole device (1009).
+//! A 2025-11-25 server makes a 2025-11-25 device: the edge asks `initialize`,
+//! `tools/list`, `tools/call`, `ping`, and the server's `list_changed` becomes
+//! a `notifications/tools/list_changed` carrying the new seq. A 2026-07-28
+//! server makes a 2026-07-28 device: the bridge announces the revision at the
+//! upgrade (`MCP-Protocol-Version`), answers `server/discover` instead of
+//! `initialize`, marks its results `resultType: "complete"`, acknowledges the
+//! edge's `subscriptions/listen` (kept open for the connection's life) and
+//! sends `list_changed` on that stream, tagged with its subscription id. An
+//! edge that greets a 2026-07-28 bridge with `initialize` anyway (one that
+//! predates the revision) gets the 2025-11-25 answer and that revision's
+//! shapes from then on.
+//!
+//! Every frame the bridge sends stays under the transport ceiling: catalogs
+//! are paged, instructions cut, and an oversized result is replaced by an
+//! `isError` result, because one frame over the ceiling closes the whole
+//! device (1009).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +40,25 @@ use tracing::{debug, info, warn, Instrument};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp::{meta, method};
 use tether_contract::{Budgets, ErrorKind, WireError, CLIENT_PATH, CLIENT_SUBPROTOCOL, MCP_PROTOCOL_VERSION};
+
+/// The 2026-07-28 names the bridge speaks (the edge's `revision` module has
+/// them too, but the bridge reaches the edge only over the wire).
+pub(crate) mod modern {
+    /// The revision, as it travels on the wire.
+    pub(crate) const VERSION: &str = "2026-07-28";
+    /// The upgrade header a device announces its revision in.
+    pub(crate) const HEADER: &str = "mcp-protocol-version";
+    /// Edge → device: who are you (replaces `initialize`).
+    pub(crate) const DISCOVER: &str = "server/discover";
+    /// Edge → device: the long-lived request change notifications ride on.
+    pub(crate) const LISTEN: &str = "subscriptions/listen";
+    /// Device → edge: the listen stream is open.
+    pub(crate) const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+    /// Who answered, in a result's `_meta`.
+    pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// Which listen stream a notification belongs to.
+    pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}
 
 use crate::counters::BridgeCounters;
 use crate::paging::{parse_cursor, Catalog};
@@ -68,8 +97,9 @@ pub(crate) enum ConnectError {
     Ws(#[source] Box<WsError>),
 }
 
-/// Dials the edge's `/v1/client` with the device token and `tether.v1`.
-pub(crate) async fn connect(edge: &str, token: &str) -> Result<Ws, ConnectError> {
+/// Dials the edge's `/v1/client` with the device token and `tether.v1`,
+/// announcing 2026-07-28 when `modern` (a 2025-11-25 device announces nothing).
+pub(crate) async fn connect(edge: &str, token: &str, modern: bool) -> Result<Ws, ConnectError> {
     let base = edge.trim_end_matches('/');
     let url = if base.ends_with(CLIENT_PATH) { base.to_owned() } else { format!("{base}{CLIENT_PATH}") };
     let mut request = url.into_client_request().map_err(|e| ConnectError::Ws(Box::new(e)))?;
@@ -77,6 +107,9 @@ pub(crate) async fn connect(edge: &str, token: &str) -> Result<Ws, ConnectError>
         request.headers_mut().insert("authorization", v);
     }
     request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static(CLIENT_SUBPROTOCOL));
+    if modern {
+        request.headers_mut().insert(modern::HEADER, HeaderValue::from_static(modern::VERSION));
+    }
     // Nagle off and a small read buffer, like every device: small frames, answered at once.
     let config = WebSocketConfig::default()
         .read_buffer_size(4096)
@@ -139,6 +172,12 @@ struct Link {
     catalog: Mutex<Option<Catalog>>,
     session: Mutex<Option<String>>,
     ready: AtomicBool,
+    /// Whether this connection speaks 2026-07-28: it does when the server
+    /// does, until the edge greets it with `initialize`.
+    modern: AtomicBool,
+    /// The open `subscriptions/listen` request's id (2026-07-28), which
+    /// `list_changed` is sent on; never answered while the connection lives.
+    listen: Mutex<Option<Value>>,
 }
 
 /// Serves one device connection until the edge goes away, the server exits
@@ -163,6 +202,7 @@ pub(crate) async fn serve(
             }
         }
     });
+    let modern = server.modern();
     let link = Arc::new(Link {
         server,
         shared,
@@ -171,6 +211,8 @@ pub(crate) async fn serve(
         catalog: Mutex::new(None),
         session: Mutex::new(None),
         ready: AtomicBool::new(false),
+        modern: AtomicBool::new(modern),
+        listen: Mutex::new(None),
     });
     let mut changes = link.shared.seq.subscribe();
     changes.borrow_and_update();
@@ -231,19 +273,27 @@ impl Link {
         match jsonrpc::parse(text) {
             Ok(Frame::Request { id, method, params }) => match method.as_str() {
                 method::INITIALIZE => {
-                    let session =
-                        params.get("_meta").and_then(|m| m.get(meta::SESSION)).and_then(Value::as_str);
-                    *lock(&self.session) = session.map(str::to_owned);
-                    let frame = self.initialize_frame(&id);
+                    self.note_session(&params);
+                    if self.modern.swap(false, Ordering::Relaxed) {
+                        info!("the edge greeted a 2026-07-28 device with initialize; speaking 2025-11-25");
+                    }
+                    let frame = self.greeting_frame(&id, false);
                     self.send_now(frame);
                 }
+                modern::DISCOVER if self.server.modern() => {
+                    self.note_session(&params);
+                    self.modern.store(true, Ordering::Relaxed);
+                    let frame = self.greeting_frame(&id, true);
+                    self.send_now(frame);
+                }
+                modern::LISTEN if self.modern() => self.on_listen(id, &params),
                 method::TOOLS_LIST => {
                     let cursor = params.get("cursor").and_then(Value::as_str).map(str::to_owned);
                     let link = Arc::clone(self);
                     tokio::spawn(
                         async move {
                             let frame = match link.list(cursor).await {
-                                Ok(page) => jsonrpc::response(&id, &page),
+                                Ok(page) => jsonrpc::response(&id, &link.complete_page(page)),
                                 Err(e) => jsonrpc::error_response(&id, &e),
                             };
                             link.send(frame).await;
@@ -252,7 +302,7 @@ impl Link {
                     );
                 }
                 method::TOOLS_CALL => self.start_call(id, &params),
-                method::PING => self.send_now(jsonrpc::response(&id, &json!({}))),
+                method::PING => self.send_now(jsonrpc::response(&id, &self.complete(json!({})))),
                 other => {
                     BridgeCounters::bump(&self.shared.counters.edge_unknown_methods);
                     debug!(method = other, "edge asked for a method the bridge does not serve");
@@ -281,6 +331,66 @@ impl Link {
         }
     }
 
+    /// Whether this connection speaks 2026-07-28 now.
+    fn modern(&self) -> bool {
+        self.modern.load(Ordering::Relaxed)
+    }
+
+    /// Remembers the session the edge named in its greeting's `_meta`.
+    fn note_session(&self, params: &Value) {
+        let session = params.get("_meta").and_then(|m| m.get(meta::SESSION)).and_then(Value::as_str);
+        *lock(&self.session) = session.map(str::to_owned);
+    }
+
+    /// A result in this connection's revision: 2026-07-28 marks it
+    /// `resultType: "complete"`.
+    fn complete(&self, mut result: Value) -> Value {
+        if let (true, Value::Object(fields)) = (self.modern(), &mut result) {
+            fields.insert("resultType".into(), Value::from("complete"));
+        }
+        result
+    }
+
+    /// A `tools/list` page in this connection's revision: on 2026-07-28 also
+    /// how long it may be cached, which is not at all and only for this
+    /// session, since the seq moves it.
+    fn complete_page(&self, page: Value) -> Value {
+        let mut page = self.complete(page);
+        if let (true, Value::Object(fields)) = (self.modern(), &mut page) {
+            fields.insert("ttlMs".into(), Value::from(0));
+            fields.insert("cacheScope".into(), Value::from("private"));
+        }
+        page
+    }
+
+    /// The edge opened a 2026-07-28 listen stream: acknowledge it, keep it
+    /// open, and send on it a change the edge has not read yet.
+    fn on_listen(&self, id: Value, params: &Value) {
+        let tools = params
+            .get("notifications")
+            .and_then(|n| n.get("toolsListChanged"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let ack = json!({
+            "_meta": {modern::SUBSCRIPTION_ID: id},
+            "notifications": if tools { json!({"toolsListChanged": true}) } else { json!({}) },
+        });
+        self.send_now(jsonrpc::notification(modern::ACKNOWLEDGED, &ack));
+        if !tools {
+            debug!(%id, "the edge opened a listen stream without toolsListChanged; nothing to send on it");
+            return;
+        }
+        debug!(%id, "list_changed subscription open");
+        *lock(&self.listen) = Some(id);
+        // A change between the edge's first catalog read and this stream
+        // would otherwise go unheard: the edge drops one it has already read.
+        let current = self.shared.seq.current();
+        let read = lock(&self.catalog).as_ref().map(|c| c.seq);
+        if read.is_some_and(|read| current > read) {
+            self.send_now(self.list_changed_frame(current));
+        }
+    }
+
     /// Queues a frame from a synchronous path; a full queue drops it (logged).
     fn send_now(&self, frame: String) {
         if let Err(e) = self.out.try_send(Message::text(frame)) {
@@ -294,18 +404,30 @@ impl Link {
         }
     }
 
-    /// The `initialize` answer: the server's identity and instructions, cut to fit one frame.
-    fn initialize_frame(&self, id: &Value) -> String {
+    /// The `initialize` answer, or with `discover` the `server/discover`
+    /// one: the server's identity and instructions, cut to fit one frame.
+    fn greeting_frame(&self, id: &Value, discover: bool) -> String {
         let ceiling = self.shared.ceiling;
         let mut server_info = self.server.server_info();
         let mut instructions = self.server.instructions().map(str::to_owned);
         let mut counted = false;
         loop {
-            let mut result = json!({
-                "protocolVersion": MCP_PROTOCOL_VERSION,
-                "serverInfo": server_info,
-                "capabilities": {"tools": {"listChanged": true}},
-            });
+            let mut result = if discover {
+                json!({
+                    "resultType": "complete",
+                    "supportedVersions": [modern::VERSION],
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "ttlMs": 0,
+                    "cacheScope": "private",
+                    "_meta": {modern::SERVER_INFO: server_info},
+                })
+            } else {
+                json!({
+                    "protocolVersion": MCP_PROTOCOL_VERSION,
+                    "serverInfo": server_info,
+                    "capabilities": {"tools": {"listChanged": true}},
+                })
+            };
             if let Some(text) = &instructions {
                 result["instructions"] = Value::from(text.as_str());
             }
@@ -321,7 +443,7 @@ impl Link {
                         BridgeCounters::bump(&self.shared.counters.instructions_truncated);
                         warn!(
                             bytes = text.len(),
-                            ceiling, "server instructions cut to fit the initialize frame"
+                            ceiling, "server instructions cut to fit the greeting frame"
                         );
                     }
                     let keep = cut(text, text.len().saturating_sub(over)).len();
@@ -497,7 +619,7 @@ impl Link {
         if let Value::Object(m) = meta {
             m.insert(meta::SEQ.into(), Value::from(seq));
         }
-        result
+        self.complete(result)
     }
 
     fn on_cancelled(&self, params: &Value) {
@@ -540,10 +662,29 @@ impl Link {
     }
 
     async fn announce(&self, seq: u64) {
+        if self.modern() && lock(&self.listen).is_none() {
+            // Nowhere to send it yet: the stream's opening sends it if the
+            // edge's first read missed it.
+            debug!(seq, "tools changed before the edge opened its listen stream");
+            return;
+        }
+        let frame = self.list_changed_frame(seq);
+        self.send(frame).await;
+    }
+
+    /// `notifications/tools/list_changed` with the seq, and on 2026-07-28 the
+    /// listen stream it rides on.
+    fn list_changed_frame(&self, seq: u64) -> String {
         BridgeCounters::bump(&self.shared.counters.list_changed_forwarded);
         info!(seq, "telling the edge the tools changed");
-        let frame = jsonrpc::notification(method::LIST_CHANGED, &json!({"_meta": {meta::SEQ: seq}}));
-        self.send(frame).await;
+        let mut m = Map::new();
+        m.insert(meta::SEQ.into(), Value::from(seq));
+        if self.modern() {
+            if let Some(id) = lock(&self.listen).clone() {
+                m.insert(modern::SUBSCRIPTION_ID.into(), id);
+            }
+        }
+        jsonrpc::notification(method::LIST_CHANGED, &json!({"_meta": m}))
     }
 
     async fn close(&self, code: CloseCode, reason: &str) {

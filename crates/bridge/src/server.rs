@@ -451,6 +451,12 @@ impl Server {
         })
     }
 
+    /// Whether the server speaks 2026-07-28 (no `initialize`): the bridge
+    /// then speaks 2026-07-28 to the edge too.
+    pub(crate) fn modern(&self) -> bool {
+        self.era == Era::Modern
+    }
+
     /// The revision the server and the bridge agreed on.
     pub(crate) fn protocol(&self) -> String {
         self.info.protocol_version.to_string()

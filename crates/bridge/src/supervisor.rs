@@ -125,7 +125,7 @@ async fn serve_edge(
     let counters = &shared.counters;
     loop {
         let connected = tokio::select! {
-            connected = link::connect(&config.edge, &config.token) => connected,
+            connected = link::connect(&config.edge, &config.token, server.modern()) => connected,
             exit = server.exited() => return Served::Exited(exit),
             _ = shutdown.cancelled() => return Served::Shutdown,
         };
