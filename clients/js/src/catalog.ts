@@ -13,6 +13,7 @@
 import { TetherError, type TetherErrorCode } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { Meta } from './jsonrpc.js';
+import { complete } from './revision.js';
 import type { AnyTool, AppContext, Limits } from './types.js';
 
 /** How many past seqs keep their pages for reads still in progress. */
@@ -81,11 +82,16 @@ export function declarationOf(tool: AnyTool, limits: Limits): JsonObject {
   return decl;
 }
 
-/** Bytes of a page frame around its tools, with room for any id and cursor. */
+/**
+ * Bytes of a page frame around its tools, with room for any id and cursor,
+ * and for the fields a 2026-07-28 session adds (`resultType`, `ttlMs`,
+ * `cacheScope`: see revision.ts), so one set of pages serves either revision.
+ */
 function envelopeBytes(seq: number, context: JsonObject | undefined): number {
   const meta: JsonObject = { [Meta.seq]: seq };
   if (context !== undefined) meta[Meta.context] = context;
-  const frame = { jsonrpc: '2.0', id: 'i'.repeat(ID_ALLOWANCE), result: { tools: [], nextCursor: 'c'.repeat(CURSOR_ALLOWANCE), _meta: meta } };
+  const result = complete({ tools: [], nextCursor: 'c'.repeat(CURSOR_ALLOWANCE), _meta: meta }, true);
+  const frame = { jsonrpc: '2.0', id: 'i'.repeat(ID_ALLOWANCE), result };
   return utf8Bytes(JSON.stringify(frame));
 }
 

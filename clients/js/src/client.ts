@@ -19,7 +19,7 @@ import { resolveOptions, type Resolved } from './options.js';
 import { Session, type SessionEnd, type SessionHooks } from './session.js';
 import { MIN_TOKEN_LIFE_MS, refreshDelay, tokenExpiry } from './token.js';
 import type { Dial } from './transport.js';
-import type { AnyTool, AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent } from './types.js';
+import type { AnyTool, AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent, ProtocolVersion } from './types.js';
 
 export class TetherClient {
   readonly #events = new Emitter<ClientEvents>();
@@ -57,6 +57,15 @@ export class TetherClient {
   /** The edge's id of the session online now. */
   get sessionId(): string | undefined {
     return this.#state === 'online' ? this.#current?.id : undefined;
+  }
+
+  /**
+   * The MCP revision the edge speaks on the session online now: what it
+   * started (`initialize` or `server/discover`), which may differ from what
+   * `protocolVersion` announced if the edge ignored the announcement.
+   */
+  get protocolVersion(): ProtocolVersion | undefined {
+    return this.#state === 'online' ? this.#current?.protocolVersion : undefined;
   }
 
   /** The catalog's seq: it moves on every `setTools` / `setContext`. */
@@ -231,7 +240,9 @@ export class TetherClient {
       url: this.#cfg.url,
       token,
       catalog: this.#catalog,
+      protocolVersion: this.#cfg.protocolVersion,
       initializeResult: this.#cfg.initializeResult,
+      discoverResult: this.#cfg.discoverResult,
       limits: this.#cfg.limits,
       heartbeat: this.#cfg.heartbeat,
       handshakeTimeoutMs: this.#cfg.handshakeTimeoutMs,

@@ -83,7 +83,7 @@ export const Meta = {
   idempotencyKey: 'tether.dev/idempotency_key',
 } as const;
 
-/** The MCP revision tether speaks. */
+/** The MCP revision of the `initialize` handshake (2026-07-28 has none: see revision.ts). */
 export const MCP_PROTOCOL_VERSION = '2025-11-25';
 /** The WebSocket subprotocol the client offers. */
 export const SUBPROTOCOL = 'tether.v1';

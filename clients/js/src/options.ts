@@ -8,7 +8,8 @@ import { resolveBackoff } from './backoff.js';
 import { TetherError } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta } from './jsonrpc.js';
-import type { BackoffOptions, ConnectOptions, HeartbeatOptions, Limits } from './types.js';
+import { DEFAULT_PROTOCOL_VERSION, discoverResult, PROTOCOL_VERSIONS } from './revision.js';
+import type { BackoffOptions, ConnectOptions, HeartbeatOptions, Limits, ProtocolVersion } from './types.js';
 
 export const DEFAULT_LIMITS: Limits = {
   frameBytes: 15_360,
@@ -26,7 +27,11 @@ export interface Resolved {
   heartbeat: HeartbeatOptions;
   handshakeTimeoutMs: number;
   tokenRefreshLeadMs: number | undefined;
+  /** The revision announced at the upgrade. */
+  protocolVersion: ProtocolVersion;
   initializeResult: JsonObject;
+  /** The `server/discover` answer (2026-07-28): the same identity as `initializeResult`. */
+  discoverResult: JsonObject;
 }
 
 function invalid(message: string): TetherError {
@@ -83,11 +88,23 @@ function initializeResult(options: ConnectOptions, limits: Limits): JsonObject {
     }
     if (isJsonObject(copy) && Object.keys(copy).length > 0) result['_meta'] = { [Meta.concept]: copy };
   }
+  fitsFrame(result, 'initialize', limits);
+  return result;
+}
+
+/** Identity answers are sent whole or not at all: one that cannot fit a frame is a mistake to report at `connect()`. */
+function fitsFrame(result: JsonObject, what: string, limits: Limits): void {
   const bytes = utf8Bytes(JSON.stringify({ jsonrpc: '2.0', id: 'i'.repeat(40), result }));
   if (bytes > limits.frameBytes) {
-    throw new TetherError('concept_too_large', `info and concept take ${bytes} bytes; the initialize answer must fit a ${limits.frameBytes}-byte frame`);
+    throw new TetherError('concept_too_large', `info and concept take ${bytes} bytes; the ${what} answer must fit a ${limits.frameBytes}-byte frame`);
   }
-  return result;
+}
+
+function protocolVersion(v: unknown): ProtocolVersion {
+  if (v === undefined) return DEFAULT_PROTOCOL_VERSION;
+  const known = PROTOCOL_VERSIONS.find((p) => p === v);
+  if (known === undefined) throw invalid(`protocolVersion must be one of ${PROTOCOL_VERSIONS.join(', ')} (got ${JSON.stringify(v)})`);
+  return known;
 }
 
 export function resolveOptions(options: ConnectOptions): Resolved {
@@ -111,6 +128,9 @@ export function resolveOptions(options: ConnectOptions): Resolved {
   } catch (err) {
     throw invalid((err as Error).message);
   }
+  const initialize = initializeResult(options, limits);
+  const discover = discoverResult(initialize);
+  fitsFrame(discover, 'server/discover', limits);
   return {
     url: clientUrl(options.url),
     limits,
@@ -118,6 +138,8 @@ export function resolveOptions(options: ConnectOptions): Resolved {
     heartbeat,
     handshakeTimeoutMs,
     tokenRefreshLeadMs: options.tokenRefreshLeadMs,
-    initializeResult: initializeResult(options, limits),
+    protocolVersion: protocolVersion(options.protocolVersion),
+    initializeResult: initialize,
+    discoverResult: discover,
   };
 }

@@ -1,9 +1,11 @@
 /**
  * One connection to the edge, from dial to close: the device side of the
  * client link. The edge is the MCP client here and this is the MCP server:
- * it answers `initialize`, `tools/list`, `tools/call` and `ping`, announces
- * catalog changes with `notifications/tools/list_changed`, and stops a call
- * when the edge sends `notifications/cancelled`.
+ * it answers `initialize` or `server/discover` (whichever revision the edge
+ * starts, see revision.ts), `tools/list`, `tools/call` and `ping`, announces
+ * catalog changes with `notifications/tools/list_changed` (on 2026-07-28, on
+ * the edge's `subscriptions/listen` stream), and stops a call when the edge
+ * sends `notifications/cancelled`.
  *
  * A `Session` never reconnects; the client makes a new one. That keeps every
  * per-connection thing (calls in flight, heartbeats, the edge's session id)
@@ -18,8 +20,10 @@ import * as rpc from './jsonrpc.js';
 import { Meta, Method } from './jsonrpc.js';
 import { namespacedNames } from './names.js';
 import { failureResult, invalidResult, resultOf, timeoutResult, tooLargeResult, unavailableResult } from './results.js';
+import { Changes } from './changes.js';
+import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
-import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport } from './types.js';
+import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
 
 /** Close code the client uses when it gives up on a link it believes dead (browsers allow 1000 and 3000–4999). */
 const DEAD_LINK = 4000;
@@ -58,8 +62,12 @@ export interface SessionConfig {
   url: string;
   token: string;
   catalog: Catalog;
+  /** The revision to announce at the upgrade. */
+  protocolVersion: ProtocolVersion;
   /** The `initialize` result, built and size-checked once by the client. */
   initializeResult: JsonObject;
+  /** The `server/discover` result (2026-07-28), likewise. */
+  discoverResult: JsonObject;
   limits: Limits;
   heartbeat: HeartbeatOptions;
   handshakeTimeoutMs: number;
@@ -78,6 +86,9 @@ export class Session {
   #socket: Socket | undefined;
   #id = '';
   #initialized = false;
+  /** The revision the edge started (`initialize` or `server/discover`), not the one announced. */
+  #revision: ProtocolVersion | undefined;
+  readonly #changes = new Changes();
   #onlineAt = 0;
   #retiring = false;
   readonly #calls = new Map<string, RunningCall>();
@@ -93,9 +104,14 @@ export class Session {
     this.#cfg = cfg;
   }
 
-  /** The session id the edge assigned (empty until `initialize`). */
+  /** The session id the edge assigned (empty until `initialize` or `server/discover`). */
   get id(): string {
     return this.#id;
+  }
+
+  /** The revision the edge speaks on this session (undefined until it starts one). */
+  get protocolVersion(): ProtocolVersion | undefined {
+    return this.#revision;
   }
 
   get isOnline(): boolean {
@@ -120,7 +136,13 @@ export class Session {
     );
     try {
       const socket = await cfg.dial(
-        { url: cfg.url, token: cfg.token, protocol: rpc.SUBPROTOCOL, timeoutMs: cfg.handshakeTimeoutMs },
+        {
+          url: cfg.url,
+          token: cfg.token,
+          protocol: rpc.SUBPROTOCOL,
+          timeoutMs: cfg.handshakeTimeoutMs,
+          ...(cfg.protocolVersion === DEFAULT_PROTOCOL_VERSION ? {} : { announce: cfg.protocolVersion }),
+        },
         {
           onOpen: () => {
             if (this.#phase === 'dialing') this.#phase = 'handshake';
@@ -138,10 +160,17 @@ export class Session {
     }
   }
 
-  /** Sends `notifications/tools/list_changed` for the catalog's current seq, once the edge has initialized us. */
+  /**
+   * Sends `notifications/tools/list_changed` for the catalog's current seq,
+   * once the edge has started the session (before that, its first read will
+   * see the new catalog anyway). On 2026-07-28 a notification belongs to a
+   * listen stream, so until the edge opens one (after its first read) the
+   * change is held, and changes meanwhile coalesce into one.
+   */
   announce(): void {
     if (!this.#initialized || this.#phase === 'ended') return;
-    this.#send(rpc.notification(Method.listChanged, { _meta: { [Meta.seq]: this.#cfg.catalog.seq } }));
+    const params = this.#changes.changed(this.#cfg.catalog.seq, this.#revision === MODERN);
+    if (params !== undefined) this.#send(rpc.notification(Method.listChanged, params));
   }
 
   /**
@@ -257,13 +286,24 @@ export class Session {
   }
 
   #onRequest(id: rpc.Id, method: string, params: JsonObject): void {
+    const meta = isJsonObject(params['_meta']) ? params['_meta'] : {};
+    // An edge that skipped discovery but sends the 2026-07-28 envelope still gets 2026-07-28 results.
+    if (this.#revision === undefined && meta[ModernMeta.protocolVersion] === MODERN) this.#revision = MODERN;
     switch (method) {
-      case Method.initialize: {
-        const meta = params['_meta'];
-        const sid = isJsonObject(meta) ? meta[Meta.session] : undefined;
+      case Method.initialize:
+      case ModernMethod.discover: {
+        const sid = meta[Meta.session];
         if (typeof sid === 'string') this.#id = sid;
-        this.#send(rpc.response(id, this.#cfg.initializeResult));
+        this.#revision = method === Method.initialize ? rpc.MCP_PROTOCOL_VERSION : MODERN;
+        this.#send(rpc.response(id, method === Method.initialize ? this.#cfg.initializeResult : this.#cfg.discoverResult));
         this.#initialized = true;
+        return;
+      }
+      case ModernMethod.listen: {
+        // Acknowledged and kept open for the session's life: answering it would end the stream.
+        const { ack, release } = this.#changes.listen(id, params, this.#cfg.catalog.seq);
+        this.#send(rpc.notification(ModernMethod.acknowledged, ack));
+        if (release !== undefined) this.#send(rpc.notification(Method.listChanged, release));
         return;
       }
       case Method.toolsList: {
@@ -273,8 +313,12 @@ export class Session {
           this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, page.message));
           return;
         }
-        this.#sendChecked(id, page.result);
-        if (page.result['nextCursor'] === undefined && this.#phase === 'handshake' && this.#graceTimer === undefined) {
+        this.#sendChecked(id, this.#complete(page.result, true));
+        if (page.result['nextCursor'] !== undefined) return;
+        const pageMeta = page.result['_meta'];
+        const servedSeq = isJsonObject(pageMeta) ? numberOr(pageMeta[Meta.seq]) : undefined;
+        if (servedSeq !== undefined) this.#changes.served(servedSeq);
+        if (this.#phase === 'handshake' && this.#graceTimer === undefined) {
           // The edge reports the applied manifest; an edge that does not is online anyway.
           this.#graceTimer = setTimeout(() => this.#goOnline(), APPLIED_GRACE_MS);
         }
@@ -284,11 +328,16 @@ export class Session {
         void this.#onCall(id, params);
         return;
       case Method.ping:
-        this.#send(rpc.response(id, {}));
+        this.#send(rpc.response(id, this.#complete({})));
         return;
       default:
         this.#send(rpc.errorResponse(id, rpc.RpcCode.methodNotFound, `the client does not serve ${method}`));
     }
+  }
+
+  /** A result as this session's revision wants it: 2026-07-28 marks every result complete. */
+  #complete(result: JsonObject, cacheHints = false): JsonObject {
+    return this.#revision === MODERN ? complete(result, cacheHints) : result;
   }
 
   /** Sends a response whose size was planned; if it is over anyway, an error instead of a 1009. */
@@ -399,7 +448,7 @@ export class Session {
       if (r.structuredContent !== undefined) out['structuredContent'] = r.structuredContent;
       if (r.isError === true) out['isError'] = true;
       out['_meta'] = { ...(r._meta ?? {}), [Meta.seq]: this.#cfg.catalog.seq };
-      return out;
+      return this.#complete(out);
     };
     try {
       frame = rpc.response(start.callId, stamp(result));

@@ -2,12 +2,14 @@
  * The browser transport: the global `WebSocket`. Browsers cannot set headers
  * on an upgrade, so the credential goes in the query string as
  * `access_token`, which the edge accepts for exactly this reason (and never
- * logs). A refused upgrade is indistinguishable from a network error here:
+ * logs); an announced MCP revision goes there too, as `mcp_protocol_version`.
+ * A refused upgrade is indistinguishable from a network error here:
  * the browser reports only close code 1006.
  */
 
 import { TetherError } from './errors.js';
-import type { CloseInfo, Dial, Socket, SocketHandlers } from './transport.js';
+import { ANNOUNCE_QUERY } from './revision.js';
+import type { CloseInfo, Dial, DialRequest, Socket, SocketHandlers } from './transport.js';
 
 /** `url` with `access_token` added to its query. */
 export function withAccessToken(url: string, token: string): string {
@@ -16,12 +18,23 @@ export function withAccessToken(url: string, token: string): string {
   return u.toString();
 }
 
+/**
+ * The URL a browser dials: the credential, and the announced MCP revision
+ * (if any) as `mcp_protocol_version`, both in the query because a browser
+ * cannot set headers on an upgrade.
+ */
+export function upgradeUrl(request: Pick<DialRequest, 'url' | 'token' | 'announce'>): string {
+  const u = new URL(withAccessToken(request.url, request.token));
+  if (request.announce !== undefined) u.searchParams.set(ANNOUNCE_QUERY, request.announce);
+  return u.toString();
+}
+
 export const browserDial: Dial = async (request, handlers: SocketHandlers): Promise<Socket> => {
   const Impl = globalThis.WebSocket;
   if (typeof Impl !== 'function') {
     throw new TetherError('transport_unavailable', 'this environment has no global WebSocket; on Node, import the package\'s node entry');
   }
-  const ws = new Impl(withAccessToken(request.url, request.token), request.protocol);
+  const ws = new Impl(upgradeUrl(request), request.protocol);
   let done = false;
   const finish = (info: CloseInfo): void => {
     if (done) return;

@@ -3,10 +3,12 @@
  * else in the SDK depends on it. Node presents the credential as an
  * `Authorization: Bearer` header (it never lands in a URL or a log) and can
  * see the HTTP status of a refused upgrade, which tells a bad token (401) from
- * a wrong URL (404) or a draining edge (503).
+ * a wrong URL (404) or a draining edge (503). An announced MCP revision is the
+ * `MCP-Protocol-Version` header, as for any MCP client over HTTP.
  */
 
 import { TetherError } from './errors.js';
+import { ANNOUNCE_HEADER } from './revision.js';
 import type { CloseInfo, Dial, Socket, SocketHandlers } from './transport.js';
 
 /** The slice of `ws` this file uses, typed here so `ws`'s types never reach the SDK's public declarations. */
@@ -45,8 +47,10 @@ const decoder = new TextDecoder();
 
 export const nodeDial: Dial = async (request, handlers: SocketHandlers): Promise<Socket> => {
   const WebSocket = await loadWs();
+  const headers: Record<string, string> = { Authorization: `Bearer ${request.token}` };
+  if (request.announce !== undefined) headers[ANNOUNCE_HEADER] = request.announce;
   const ws = new WebSocket(request.url, request.protocol, {
-    headers: { Authorization: `Bearer ${request.token}` },
+    headers,
     handshakeTimeout: request.timeoutMs,
     perMessageDeflate: false,
   });

@@ -1,7 +1,8 @@
 /**
  * The seam between the protocol and a WebSocket implementation: the browser's
- * global `WebSocket` and Node's `ws` differ in how a credential is presented
- * and in what a refused upgrade tells you, and nothing else.
+ * global `WebSocket` and Node's `ws` differ in how a credential and an MCP
+ * revision are presented and in what a refused upgrade tells you, and
+ * nothing else.
  */
 
 /** What to dial. */
@@ -13,6 +14,12 @@ export interface DialRequest {
   protocol: string;
   /** Abandon the upgrade after this long. */
   timeoutMs: number;
+  /**
+   * An MCP revision to announce at the upgrade, if the application chose one
+   * other than the default (a default-speaking device announces nothing, as
+   * before revisions existed).
+   */
+  announce?: string;
 }
 
 /** How a socket ended. */

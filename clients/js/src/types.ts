@@ -159,6 +159,14 @@ export interface HeartbeatOptions {
 export type TokenOption = { token: string; getToken?: never } | { getToken: () => string | Promise<string>; token?: never };
 
 /** Options of `connect()`. */
+/**
+ * An MCP revision the client can speak to the edge (docs/PROTOCOL.md, "Two
+ * MCP revisions"). 2025-11-25 is greeted with `initialize`; 2026-07-28 with
+ * `server/discover`, and its `list_changed` rides a `subscriptions/listen`
+ * stream.
+ */
+export type ProtocolVersion = '2025-11-25' | '2026-07-28';
+
 export type ConnectOptions = TokenOption & {
   /** The edge: `ws://host:port` (the SDK appends `/v1/client`) or the full `/v1/client` URL. */
   url: string;
@@ -173,6 +181,14 @@ export type ConnectOptions = TokenOption & {
   handshakeTimeoutMs?: number;
   /** How long before the token's `exp` a fresh one is fetched and the session moved onto it. Default: a fifth of its life, between 1 s and 60 s. */
   tokenRefreshLeadMs?: number;
+  /**
+   * The MCP revision to announce at the upgrade. Default `'2025-11-25'`,
+   * which every tether edge speaks. `'2026-07-28'` is announced as the
+   * `MCP-Protocol-Version` header (Node) or the `mcp_protocol_version` query
+   * parameter (browser). Either way the client answers whichever revision
+   * the edge actually starts, so announcing one the edge ignores is harmless.
+   */
+  protocolVersion?: ProtocolVersion;
 };
 
 /** The three states a client is in. */

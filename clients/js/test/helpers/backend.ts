@@ -44,6 +44,8 @@ export interface SessionInfo {
   server_info: JsonObject;
   seq: number;
   tools: number;
+  /** The MCP revision the device speaks (`2025-11-25` or `2026-07-28`). */
+  protocol_version?: string;
 }
 
 export interface ToolDecl {

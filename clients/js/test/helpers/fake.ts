@@ -1,7 +1,7 @@
 /**
  * A scripted edge behind a fake transport, for unit tests of the protocol
- * that need no process: the test plays the edge frame by frame and reads
- * exactly what the client sent.
+ * that need no process: the test plays the edge frame by frame (either MCP
+ * revision) and reads exactly what the client sent.
  */
 
 import type { Dial, DialRequest, SocketHandlers } from '../../dist/transport.js';
@@ -9,6 +9,17 @@ import { until } from './wait.js';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 export type Frame = { [k: string]: Json };
+
+export const MODERN_METHODS = { discover: 'server/discover', listen: 'subscriptions/listen' } as const;
+
+/** The `_meta` envelope a 2026-07-28 edge puts on every request (crates/edge/src/revision.rs). */
+export function envelope(): Frame {
+  return {
+    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientInfo': { name: 'tether-edge', version: '0' },
+    'io.modelcontextprotocol/clientCapabilities': {},
+  };
+}
 
 /** One socket as the fake edge sees it. */
 export class FakePeer {
@@ -73,6 +84,30 @@ export class FakePeer {
     } while (cursor !== undefined);
     this.deliver({ jsonrpc: '2.0', method: 'notifications/tether.dev/manifest_applied', params: { seq, kept: tools.length, dropped: [] } });
     return { initialize, tools };
+  }
+
+  /**
+   * Plays a 2026-07-28 edge's start: `server/discover` and `tools/list` (all
+   * pages), each with the envelope in `_meta`, as tests/revisions.rs scripts
+   * it. The listen stream and `manifest_applied` are left to the test, whose
+   * order is what it checks.
+   */
+  async discover(sessionId = 'sess-1'): Promise<{ discover: Frame; pages: Frame[] }> {
+    this.open();
+    const discover = await this.ask(MODERN_METHODS.discover, { _meta: { ...envelope(), 'tether.dev/session': sessionId } });
+    const pages: Frame[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.ask('tools/list', { ...(cursor === undefined ? {} : { cursor }), _meta: envelope() });
+      pages.push(page);
+      cursor = (page['result'] as Frame)['nextCursor'] as string | undefined;
+    } while (cursor !== undefined);
+    return { discover, pages };
+  }
+
+  /** The edge opens `subscriptions/listen` (id `id`, never answered) for tool-list changes. */
+  listen(id: number): void {
+    this.deliver({ jsonrpc: '2.0', id, method: MODERN_METHODS.listen, params: { notifications: { toolsListChanged: true }, _meta: envelope() } });
   }
 
   /** The edge closes the socket. */

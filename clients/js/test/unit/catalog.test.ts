@@ -8,6 +8,7 @@ import { describe, test } from 'node:test';
 
 import { Catalog } from '../../dist/catalog.js';
 import { DEFAULT_LIMITS } from '../../dist/options.js';
+import { complete } from '../../dist/revision.js';
 import { TetherError, type Tool } from '../../dist/node.js';
 
 function tool(name: string, descriptionChars = 20): Tool {
@@ -41,6 +42,8 @@ describe('catalog', () => {
       assert.ok(p.ok, p.ok ? '' : p.message);
       pages += 1;
       assert.ok(frameBytes(p.result) <= DEFAULT_LIMITS.frameBytes, `page ${pages} is ${frameBytes(p.result)} bytes`);
+      const modern = frameBytes(complete(p.result, true));
+      assert.ok(modern <= DEFAULT_LIMITS.frameBytes, `page ${pages} on a 2026-07-28 session is ${modern} bytes`);
       const meta = p.result['_meta'] as Record<string, unknown>;
       assert.equal(meta['tether.dev/seq'], 1);
       assert.equal('tether.dev/context' in meta, pages === 1);
