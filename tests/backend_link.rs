@@ -123,3 +123,31 @@ async fn a_devices_json_rpc_error_reaches_the_backend_as_client_error_with_its_c
     assert!(err.message.contains("scanner is unplugged"), "{}", err.message);
     assert!(tether_core::for_model(&err).contains("tool"), "{}", tether_core::for_model(&err));
 }
+
+/// An edge that lists a schema core cannot compile (a lookaround `pattern`;
+/// a real edge drops it at intake): core leaves the tool out of the turn and counts it.
+#[tokio::test(start_paused = true)]
+async fn core_leaves_out_a_listed_tool_whose_schema_it_cannot_compile() {
+    let (link, mut edge) = scripted_edge().await;
+    let turn_link = Arc::clone(&link);
+    let turn = tokio::spawn(async move {
+        let turn = tether_core::Turn::begin(&turn_link, "s", tether_contract::Budgets::default()).await;
+        turn.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>()
+    });
+    let begin = next_request(&mut edge).await;
+    let begun =
+        json!({"jsonrpc": "2.0", "id": begin["id"], "result": {"turn": "t", "session": "s", "seq": 1}});
+    edge.send(Message::text(begun.to_string())).await.unwrap();
+    let list = next_request(&mut edge).await;
+    let lookaround =
+        json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)(a+)+$"}}});
+    let manifest = json!({"session": "s", "seq": 1, "tools": [
+        {"name": "client__fine", "inputSchema": {"type": "object"}},
+        {"name": "client__backtracking", "inputSchema": lookaround}
+    ]});
+    edge.send(Message::text(json!({"jsonrpc": "2.0", "id": list["id"], "result": manifest}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(turn.await.unwrap(), ["client__fine"]);
+    assert_eq!(link.counters().get("schemas_refused"), 1);
+}

@@ -152,3 +152,38 @@ fn namespace_constants_agree_between_the_transform_and_the_check() {
         assert!(tether_core::names::check(reserved).is_err());
     }
 }
+
+/// The edge gates arguments and core gates them again; both compile a
+/// declared schema the same way, so a tool the edge lists is one core can
+/// check, and a schema one refuses the other refuses too.
+#[test]
+fn edge_and_core_compile_the_same_schemas() {
+    let limits = tether_contract::SchemaLimits::default();
+    let cases = [
+        (json!({"type": "object"}), true),
+        (
+            json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^WO-[0-9]{3,6}$"}}}),
+            true,
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)(a+)+$"}}}),
+            false,
+        ),
+        (json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}), false),
+        (json!({"$schema": "http://127.0.0.1:9/meta.json", "type": "object"}), false),
+        (json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}}), false),
+    ];
+    for (schema, compiles) in cases {
+        let edge = tether_edge::gate::compile(&schema).is_ok();
+        let declaration = tether_contract::mcp::ToolDeclaration {
+            name: "t".into(),
+            title: None,
+            description: None,
+            input_schema: schema.clone(),
+            output_schema: None,
+            annotations: None,
+        };
+        let core = tether_core::enforce::ToolSchemas::compile(&declaration, &limits).is_ok();
+        assert_eq!((edge, core), (compiles, compiles), "{schema}");
+    }
+}

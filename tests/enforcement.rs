@@ -71,6 +71,34 @@ async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
     assert_eq!(dev.observed.calls().len(), 1);
 }
 
+/// A backend that does not link tether-core sends its `tools/call` straight
+/// to the edge: the edge's own gate refuses arguments that miss the schema.
+#[tokio::test]
+async fn a_raw_backend_call_whose_arguments_miss_the_schema_is_refused_at_the_edge() {
+    let edge = LiveEdge::start().await;
+    let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
+    let link = edge.backend().await;
+    let raw = |name: &str, arguments: Value| tether_contract::backend::CallParams {
+        session: session.clone(),
+        name: name.into(),
+        arguments,
+        meta: tether_contract::backend::CallMeta {
+            credential: Some(common::user("mira")),
+            ..Default::default()
+        },
+    };
+    let budget = std::time::Duration::from_secs(12);
+    let err =
+        link.call(raw("client__open_work_order", json!({"workOrderId": "1182"})), budget).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments);
+    assert!(err.message.contains("at /workOrderId"), "{}", err.message);
+    assert!(!err.message.contains("1182"), "the value is not echoed: {}", err.message);
+    assert!(dev.observed.calls().is_empty(), "nothing reached the device");
+    assert_eq!(edge.hub.counters().get("arguments_refused"), 1);
+    link.call(raw("client__open_work_order", json!({"workOrderId": "WO-1182"})), budget).await.unwrap();
+    assert_eq!(dev.observed.calls().len(), 1);
+}
+
 #[tokio::test]
 async fn every_declared_output_shape_is_checked_and_a_mismatch_is_withheld() {
     let edge = LiveEdge::start().await;
@@ -134,10 +162,15 @@ async fn hostile_schemas_are_refused_at_the_edge_and_at_core_and_nothing_is_fetc
     let turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
     let manifest = turn.manifest().unwrap();
     let dropped: Vec<_> = manifest.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
-    assert_eq!(dropped, [("remote_ref", DropReason::SchemaRejected), ("deep", DropReason::SchemaRejected)]);
+    let rejected = DropReason::SchemaRejected;
+    assert_eq!(
+        dropped,
+        [("remote_ref", rejected), ("deep", rejected), ("remote_meta", rejected), ("backtracking", rejected)],
+        "the edge lists no tool it cannot gate"
+    );
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(listed, ["client__fine"], "core refused what the edge let through");
-    assert_eq!(link.counters().get("schemas_refused"), 2);
+    assert_eq!(listed, ["client__fine"]);
+    assert_eq!(link.counters().get("schemas_refused"), 0, "nothing reached core that it had to refuse");
     assert_never_contacted(&url, &hits).await;
 }
 

@@ -57,12 +57,19 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
         }
         let limits = caps.schema_limits();
         let schemas = std::iter::once(&decl.input_schema).chain(decl.output_schema.as_ref());
-        if let Some(violation) = schemas.filter_map(|s| schema::check(s, &limits).err()).next() {
+        let refused = schemas
+            .filter_map(|s| match schema::check(s, &limits) {
+                Err(violation) => Some(format!("schema {violation}")),
+                // The edge gates arguments with the compiled schema: one it cannot compile is not listed.
+                Ok(()) => crate::gate::compile(s).err().map(|e| format!("schema {e}")),
+            })
+            .next();
+        if let Some(detail) = refused {
             dropped.push(DroppedTool {
                 bytes: size_of(&decl),
                 name: decl.name,
                 reason: DropReason::SchemaRejected,
-                detail: Some(format!("schema {violation}")),
+                detail: Some(detail),
             });
             continue;
         }

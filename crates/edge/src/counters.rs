@@ -87,6 +87,8 @@ counters! {
     jwks_refreshes_rate_limited,
     /// Answers whose id named a call by value in another spelling (`"7"` for 7): delivered, logged.
     answer_ids_coerced,
+    /// Backend calls refused before reaching the device: arguments did not match the tool's input schema.
+    arguments_refused,
     /// Results refused for exceeding the result cap.
     results_too_large,
     /// Manifest candidates applied.

@@ -25,6 +25,7 @@ pub mod backend;
 pub mod caps;
 pub mod config;
 pub mod counters;
+pub mod gate;
 pub mod http;
 pub mod hub;
 pub mod idp;

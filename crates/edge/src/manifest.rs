@@ -11,6 +11,7 @@ use serde_json::Value;
 use tether_contract::backend::{DroppedTool, Manifest};
 
 use crate::caps::Intake;
+use crate::gate::ArgumentGate;
 use crate::names::NameTable;
 
 /// One applied manifest: what the backend sees and how to route back.
@@ -22,11 +23,14 @@ pub struct AppliedManifest {
     pub table: NameTable,
     /// The backend view, built once per swap so reads never rebuild it.
     pub view: Arc<Manifest>,
+    /// The kept tools' compiled input schemas: every call's arguments pass it.
+    pub gate: ArgumentGate,
 }
 
 impl AppliedManifest {
     /// Builds the applied form of an intake for `session`.
     pub fn new(session: &str, seq: u64, intake: Intake, context: Option<Value>, identity: &Identity) -> Self {
+        let gate = ArgumentGate::new(&intake.tools);
         let view = Manifest {
             session: session.to_owned(),
             seq,
@@ -36,7 +40,7 @@ impl AppliedManifest {
             context,
             dropped: intake.dropped,
         };
-        AppliedManifest { seq, table: intake.table, view: Arc::new(view) }
+        AppliedManifest { seq, table: intake.table, view: Arc::new(view), gate }
     }
 
     /// Namespaced names of the tools available now, for `tool_unavailable`.

@@ -378,6 +378,11 @@ impl Session {
             .with("available", applied.available())
             .with("seq", applied.seq));
         };
+        if let Err(refused) = applied.gate.check(&params.name, &params.arguments) {
+            EdgeCounters::bump(&self.counters().arguments_refused);
+            warn!(session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
+            return Err(refused);
+        }
         let leg = params
             .meta
             .budget_ms

@@ -1,0 +1,120 @@
+//! The argument gate at the edge: every kept tool's `inputSchema`, compiled
+//! once at intake, checks a backend's `tools/call` arguments before anything
+//! is sent to the device — for backends in any language, not only those that
+//! link tether-core (which checks again: the gate is in two places).
+//!
+//! Compiled as core compiles: offline (no reference is ever fetched) and with
+//! the linear-time `regex` engine for `pattern`, past the contract's schema
+//! limits already checked at intake. A schema that does not compile so is
+//! dropped at intake (`schema_rejected`): the edge never lists a tool it
+//! cannot gate (`tests/contract.rs` pins that edge and core agree).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jsonschema::{PatternOptions, Validator};
+use serde_json::Value;
+
+use tether_contract::mcp::ToolDeclaration;
+use tether_contract::{ErrorKind, WireError};
+
+/// Largest compiled program one `pattern` may become, in bytes (core's too).
+const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+
+/// Compiles one declared schema the way the gate (and core) does.
+pub fn compile(schema: &Value) -> Result<Validator, String> {
+    jsonschema::options()
+        .offline()
+        .with_pattern_options(PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT))
+        .build(schema)
+        .map_err(|e| format!("does not compile: {}", e.masked()))
+}
+
+/// The compiled input schemas of one manifest, by namespaced name.
+#[derive(Clone, Default)]
+pub struct ArgumentGate {
+    inputs: HashMap<String, Arc<Validator>>,
+}
+
+impl std::fmt::Debug for ArgumentGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgumentGate").field("tools", &self.inputs.len()).finish()
+    }
+}
+
+impl ArgumentGate {
+    /// Compiles the input schema of each kept tool (already checked at intake).
+    pub fn new(tools: &[ToolDeclaration]) -> ArgumentGate {
+        let inputs = tools
+            .iter()
+            .filter_map(|t| compile(&t.input_schema).ok().map(|v| (t.name.clone(), Arc::new(v))))
+            .collect();
+        ArgumentGate { inputs }
+    }
+
+    /// Checks a call's arguments against the tool's input schema; the error is
+    /// `invalid_arguments` naming where and what, never echoing the values.
+    pub fn check(&self, tool: &str, arguments: &Value) -> Result<(), WireError> {
+        let Some(validator) = self.inputs.get(tool) else {
+            return Err(WireError::new(
+                ErrorKind::InvalidArguments,
+                format!("the input schema of {tool} cannot be enforced, so it is not called"),
+            )
+            .with("tool", tool));
+        };
+        match validator.iter_errors(arguments).next() {
+            None => Ok(()),
+            Some(e) => {
+                let path = e.instance_path().to_string();
+                let path = if path.is_empty() { "/".to_owned() } else { path };
+                Err(WireError::new(
+                    ErrorKind::InvalidArguments,
+                    format!("arguments for {tool} do not match its input schema at {path}: {}", e.masked()),
+                )
+                .with("tool", tool))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, input: Value) -> ToolDeclaration {
+        ToolDeclaration {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: input,
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_declared_schema_without_echoing_them() {
+        let schema = json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^A-[0-9]+$"}}, "required": ["id"], "additionalProperties": false});
+        let gate = ArgumentGate::new(&[tool("client__open", schema)]);
+        assert_eq!(gate.check("client__open", &json!({"id": "A-104"})), Ok(()));
+        for bad in [json!({}), json!({"id": "secret-value"}), json!({"id": "A-1", "extra": 1}), json!("A-1")]
+        {
+            let err = gate.check("client__open", &bad).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidArguments, "{bad}");
+            assert!(!err.message.contains("secret-value"), "values are never echoed: {}", err.message);
+        }
+        assert_eq!(gate.check("client__missing", &json!({})).unwrap_err().kind, ErrorKind::InvalidArguments);
+    }
+
+    #[test]
+    fn schemas_core_would_refuse_do_not_compile_here_either() {
+        for refused in [
+            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)(a+)+$"}}}),
+            json!({"$schema": "http://127.0.0.1:9/meta.json", "type": "object"}),
+        ] {
+            assert!(compile(&refused).is_err(), "{refused}");
+        }
+        assert!(compile(&json!({"type": "object"})).is_ok());
+    }
+}
