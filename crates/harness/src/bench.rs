@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::mcp::ToolDeclaration;
 use tether_core::BackendLink;
 
 use crate::device::{tool, Behavior, DeviceSpec, SimDevice, SimHandle};
@@ -157,7 +158,13 @@ mod jwt {
     }
 }
 
-async fn connect_devices(url: &str, token: &str, n: usize, spec: &DeviceSpec) -> Vec<(SimHandle, String)> {
+async fn connect_devices(
+    url: &str,
+    token: &str,
+    n: usize,
+    spec: &DeviceSpec,
+    relay: bool,
+) -> Vec<(SimHandle, String)> {
     let mut out = Vec::with_capacity(n);
     let mut pending = tokio::task::JoinSet::new();
     let mut started = 0;
@@ -167,7 +174,9 @@ async fn connect_devices(url: &str, token: &str, n: usize, spec: &DeviceSpec) ->
             pending.spawn(async move {
                 for _ in 0..5 {
                     if let Ok(mut dev) = SimDevice::connect(&url, &token, spec.clone()).await {
-                        if let Some(id) = dev.ready().await {
+                        // The relay has no manifest to apply: its devices are ready once greeted.
+                        let id = if relay { dev.session_id().await } else { dev.ready().await };
+                        if let Some(id) = id {
                             return Some((dev, id));
                         }
                     }
@@ -206,6 +215,8 @@ pub struct Row {
     pub in_flight: usize,
     /// Whether every result moved the seq (forcing a catalog re-read).
     pub reread: bool,
+    /// Whether the tool declares a realistic input schema (the edge checks every call's arguments against it).
+    pub checked: bool,
     /// Calls completed in the window.
     pub calls: u64,
     /// Calls that failed.
@@ -220,21 +231,45 @@ pub struct Row {
     pub cpu_us_per_call: f64,
 }
 
+/// A realistic input schema (required fields, a pattern, a range, an enum)
+/// and arguments that pass it: what the edge's argument gate costs per call.
+fn checked_tool() -> (ToolDeclaration, Value) {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
+            "order": {"type": "string", "pattern": "^WO-[0-9]{3,6}$"},
+            "mode": {"enum": ["scan", "photo", "manual"]},
+            "note": {"type": "string", "maxLength": 200}
+        },
+        "required": ["n", "order", "mode"],
+        "additionalProperties": false
+    });
+    (
+        ToolDeclaration { input_schema: schema, ..tool("op") },
+        json!({"order": "WO-1182", "mode": "scan", "note": "bench"}),
+    )
+}
+
 async fn throughput(
     cfg: &BenchConfig,
     target: Target,
     sessions: usize,
     in_flight: usize,
     reread: bool,
+    checked: bool,
 ) -> Result<Row, String> {
     let server = Server::start(&cfg.exe, target)?;
     let (device_token, backend_token) = tokens()?;
-    let mut spec = DeviceSpec::minimal(vec![tool("op")]);
+    let (declaration, extra) = if checked { checked_tool() } else { (tool("op"), json!({})) };
+    let extra: Arc<Value> = Arc::new(extra);
+    let mut spec = DeviceSpec::minimal(vec![declaration]);
     spec.record_calls = false;
     if reread {
         spec.default_behavior = Behavior::Mixed(Arc::new(FaultMix::parse("navigate=1", 1)?));
     }
-    let devices = connect_devices(&server.url, &device_token, sessions, &spec).await;
+    let devices =
+        connect_devices(&server.url, &device_token, sessions, &spec, target != Target::Tether).await;
     let ids: Arc<Vec<String>> = Arc::new(devices.iter().map(|(_, id)| id.clone()).collect());
     let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
     if target == Target::Tether {
@@ -251,7 +286,7 @@ async fn throughput(
     for w in 0..in_flight {
         let (link, ids, calls, errors) =
             (Arc::clone(&link), Arc::clone(&ids), Arc::clone(&calls), Arc::clone(&errors));
-        let credential = Arc::clone(&credential);
+        let (credential, extra) = (Arc::clone(&credential), Arc::clone(&extra));
         workers.spawn(async move {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).ok();
             let mut i = w;
@@ -264,7 +299,11 @@ async fn throughput(
                 let params = CallParams {
                     session: ids[i].clone(),
                     name: name.into(),
-                    arguments: json!({"n": i}),
+                    arguments: {
+                        let mut a = (*extra).clone();
+                        a["n"] = json!(i);
+                        a
+                    },
                     meta: CallMeta {
                         budget_ms: Some(12_000),
                         credential: Some(credential.to_string()),
@@ -303,6 +342,7 @@ async fn throughput(
         sessions,
         in_flight,
         reread,
+        checked,
         calls: n,
         errors: errors.load(Ordering::Relaxed),
         calls_per_s: n as f64 / cfg.seconds as f64,
@@ -330,7 +370,8 @@ async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, String> {
     let before = server.rss_bytes();
     let mut spec = DeviceSpec::minimal(vec![tool("op")]);
     spec.record_calls = false;
-    let devices = connect_devices(&server.url, &device_token, cfg.idle_sessions, &spec).await;
+    let devices =
+        connect_devices(&server.url, &device_token, cfg.idle_sessions, &spec, target != Target::Tether).await;
     if target == Target::Tether {
         let link = BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?;
         wait_listed(&link, devices.len()).await;
@@ -362,7 +403,7 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
     spec.record_calls = false;
     spec.default_behavior = Behavior::Silent;
     let n = 100;
-    let devices = connect_devices(&server.url, &device_token, n, &spec).await;
+    let devices = connect_devices(&server.url, &device_token, n, &spec, false).await;
     let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
     wait_listed(&link, devices.len()).await;
     let mut calls = Vec::new();
@@ -424,13 +465,18 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, String> {
         for &in_flight in &[1usize, 64, 256] {
             for target in [Target::BareDefault, Target::Bare, Target::Tether] {
                 eprintln!("bench: {} sessions={sessions} in_flight={in_flight}", target.name());
-                rows.push(throughput(&cfg, target, sessions, in_flight, false).await?);
+                rows.push(throughput(&cfg, target, sessions, in_flight, false, false).await?);
             }
         }
     }
     for target in [Target::Bare, Target::Tether] {
         eprintln!("bench: {} reread on every call", target.name());
-        rows.push(throughput(&cfg, target, 100, 64, true).await?);
+        rows.push(throughput(&cfg, target, 100, 64, true, false).await?);
+    }
+    // The argument gate: a realistic schema the edge checks on every call, beside the same load without one.
+    for target in [Target::Bare, Target::Tether] {
+        eprintln!("bench: {} with a checked input schema", target.name());
+        rows.push(throughput(&cfg, target, 100, 64, false, true).await?);
     }
     let mut idle_rows = Vec::new();
     for target in [Target::BareDefault, Target::Bare, Target::Tether] {
@@ -446,24 +492,26 @@ impl BenchReport {
     /// The report as one table, with ratios against the bare relay (4 KiB) measured in the same run.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str("| target | sessions | in flight | seq moves | calls/s | × bare | p50 µs | p99 µs | CPU µs/call | × bare | errors |\n");
-        out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("| target | sessions | in flight | seq moves | schema | calls/s | × bare | p50 µs | p99 µs | CPU µs/call | × bare | errors |\n");
+        out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &self.rows {
             let base = self.rows.iter().find(|b| {
                 b.target == Target::Bare
                     && b.sessions == r.sessions
                     && b.in_flight == r.in_flight
                     && !b.reread
+                    && b.checked == r.checked
             });
             let ratio = |x: f64, y: Option<f64>| {
                 y.filter(|y| *y > 0.0).map_or("—".into(), |y| format!("{:.2}", x / y))
             };
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {} |\n",
                 r.target.name(),
                 r.sessions,
                 r.in_flight,
                 if r.reread { "every call" } else { "never" },
+                if r.checked { "checked" } else { "object" },
                 r.calls_per_s,
                 ratio(r.calls_per_s, base.map(|b| b.calls_per_s)),
                 r.p50_us,
