@@ -8,10 +8,17 @@
 //! input or output schema breaks the schema limits (too deep, too many
 //! subschemas, a non-local `$ref`) is dropped before any of that.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jsonschema::Validator;
+use serde_json::Value;
+
 use tether_contract::backend::{DropReason, DroppedTool};
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::{schema, Caps};
+use tether_contract::{schema, Caps, SchemaLimits};
 
+use crate::gate::ArgumentGate;
 use crate::names::NameTable;
 
 /// What the caps made of one declared catalog.
@@ -27,6 +34,8 @@ pub struct Intake {
     pub descriptions_truncated: usize,
     /// Serialized size of the kept tool array, in bytes.
     pub bytes: usize,
+    /// The kept tools' compiled input schemas.
+    pub gate: ArgumentGate,
 }
 
 /// Serialized size of a declaration as the backend will receive it.
@@ -42,6 +51,7 @@ fn array_bytes(count: usize, sum: usize) -> usize {
 /// Applies names and caps to a declared catalog.
 pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
     let mut dropped = Vec::new();
+    let mut inputs: HashMap<String, Arc<Validator>> = HashMap::new();
     let mut seen = std::collections::HashSet::new();
     let mut decls = Vec::with_capacity(declared.len());
     let mut descriptions_truncated = 0;
@@ -55,23 +65,19 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
             });
             continue;
         }
-        let limits = caps.schema_limits();
-        let schemas = std::iter::once(&decl.input_schema).chain(decl.output_schema.as_ref());
-        let refused = schemas
-            .filter_map(|s| match schema::check(s, &limits) {
-                Err(violation) => Some(format!("schema {violation}")),
-                // The edge gates arguments with the compiled schema: one it cannot compile is not listed.
-                Ok(()) => crate::gate::compile(s).err().map(|e| format!("schema {e}")),
-            })
-            .next();
-        if let Some(detail) = refused {
-            dropped.push(DroppedTool {
-                bytes: size_of(&decl),
-                name: decl.name,
-                reason: DropReason::SchemaRejected,
-                detail: Some(detail),
-            });
-            continue;
+        match compiled_input(&decl, &caps.schema_limits()) {
+            Ok(input) => {
+                inputs.insert(decl.name.clone(), Arc::new(input));
+            }
+            Err(detail) => {
+                dropped.push(DroppedTool {
+                    bytes: size_of(&decl),
+                    name: decl.name,
+                    reason: DropReason::SchemaRejected,
+                    detail: Some(detail),
+                });
+                continue;
+            }
         }
         if let Some(desc) = decl.description.as_mut() {
             if let Some((cut, _)) = desc.char_indices().nth(caps.description_chars) {
@@ -126,7 +132,30 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
     let mut table = full_table;
     table.retain(|namespaced| kept.iter().any(|c| c.2.name == namespaced));
     let bytes = array_bytes(kept.len(), sum);
-    Intake { tools: kept.into_iter().map(|c| c.2).collect(), table, dropped, descriptions_truncated, bytes }
+    let gate = kept.iter().filter_map(|c| inputs.remove(&c.1).map(|v| (c.2.name.clone(), v))).collect();
+    Intake {
+        tools: kept.into_iter().map(|c| c.2).collect(),
+        table,
+        dropped,
+        descriptions_truncated,
+        bytes,
+        gate,
+    }
+}
+
+/// Checks a declaration's schemas against the limits and compiles them as
+/// the gate does (input first, then output); returns the input's validator.
+/// The edge gates arguments with it, so a schema it cannot compile is not listed.
+fn compiled_input(decl: &ToolDeclaration, limits: &SchemaLimits) -> Result<Validator, String> {
+    let compile = |s: &Value| {
+        schema::check(s, limits).map_err(|violation| format!("schema {violation}"))?;
+        crate::gate::compile(s).map_err(|e| format!("schema {e}"))
+    };
+    let input = compile(&decl.input_schema)?;
+    if let Some(output) = &decl.output_schema {
+        compile(output)?;
+    }
+    Ok(input)
 }
 
 #[cfg(test)]

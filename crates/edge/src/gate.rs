@@ -15,7 +15,6 @@ use std::sync::Arc;
 use jsonschema::{PatternOptions, Validator};
 use serde_json::Value;
 
-use tether_contract::mcp::ToolDeclaration;
 use tether_contract::{ErrorKind, WireError};
 
 /// Largest compiled program one `pattern` may become, in bytes (core's too).
@@ -30,10 +29,24 @@ pub fn compile(schema: &Value) -> Result<Validator, String> {
         .map_err(|e| format!("does not compile: {}", e.masked()))
 }
 
-/// The compiled input schemas of one manifest, by namespaced name.
+/// The compiled input schemas of one manifest, by namespaced name (compiled
+/// once, at intake, where the schemas are checked).
 #[derive(Clone, Default)]
 pub struct ArgumentGate {
     inputs: HashMap<String, Arc<Validator>>,
+}
+
+impl FromIterator<(String, Arc<Validator>)> for ArgumentGate {
+    fn from_iter<I: IntoIterator<Item = (String, Arc<Validator>)>>(iter: I) -> Self {
+        ArgumentGate { inputs: iter.into_iter().collect() }
+    }
+}
+
+/// Two gates are equal when they gate the same tools (validators have no equality).
+impl PartialEq for ArgumentGate {
+    fn eq(&self, other: &Self) -> bool {
+        self.inputs.len() == other.inputs.len() && self.inputs.keys().all(|k| other.inputs.contains_key(k))
+    }
 }
 
 impl std::fmt::Debug for ArgumentGate {
@@ -43,15 +56,6 @@ impl std::fmt::Debug for ArgumentGate {
 }
 
 impl ArgumentGate {
-    /// Compiles the input schema of each kept tool (already checked at intake).
-    pub fn new(tools: &[ToolDeclaration]) -> ArgumentGate {
-        let inputs = tools
-            .iter()
-            .filter_map(|t| compile(&t.input_schema).ok().map(|v| (t.name.clone(), Arc::new(v))))
-            .collect();
-        ArgumentGate { inputs }
-    }
-
     /// Checks a call's arguments against the tool's input schema; the error is
     /// `invalid_arguments` naming where and what, never echoing the values.
     pub fn check(&self, tool: &str, arguments: &Value) -> Result<(), WireError> {
@@ -82,21 +86,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn tool(name: &str, input: Value) -> ToolDeclaration {
-        ToolDeclaration {
-            name: name.into(),
-            title: None,
-            description: None,
-            input_schema: input,
-            output_schema: None,
-            annotations: None,
-        }
-    }
-
     #[test]
     fn arguments_are_checked_against_the_declared_schema_without_echoing_them() {
         let schema = json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^A-[0-9]+$"}}, "required": ["id"], "additionalProperties": false});
-        let gate = ArgumentGate::new(&[tool("client__open", schema)]);
+        let gate: ArgumentGate =
+            [("client__open".to_owned(), Arc::new(compile(&schema).unwrap()))].into_iter().collect();
         assert_eq!(gate.check("client__open", &json!({"id": "A-104"})), Ok(()));
         for bad in [json!({}), json!({"id": "secret-value"}), json!({"id": "A-1", "extra": 1}), json!("A-1")]
         {

@@ -30,7 +30,7 @@ pub struct AppliedManifest {
 impl AppliedManifest {
     /// Builds the applied form of an intake for `session`.
     pub fn new(session: &str, seq: u64, intake: Intake, context: Option<Value>, identity: &Identity) -> Self {
-        let gate = ArgumentGate::new(&intake.tools);
+        let gate = intake.gate;
         let view = Manifest {
             session: session.to_owned(),
             seq,
