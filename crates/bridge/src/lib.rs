@@ -217,3 +217,9 @@ impl Drop for Bridge {
         self.shutdown.cancel();
     }
 }
+
+/// Locks `m`, taking the data back from a poisoned lock: a panicked holder
+/// must not wedge every later caller.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

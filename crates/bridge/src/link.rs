@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -61,6 +61,7 @@ pub(crate) mod modern {
 }
 
 use crate::counters::BridgeCounters;
+use crate::lock;
 use crate::paging::{parse_cursor, Catalog};
 use crate::server::{CallOutcome, Exit, Failure, SeqClock, Server, Stop};
 use crate::{BridgeStatus, DeadlinePolicy};
@@ -78,13 +79,6 @@ const MAX_CLOSE_REASON: usize = 123;
 
 /// The socket to the edge.
 pub(crate) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
 
 /// Why the bridge could not open a device connection.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[allow(deprecated)] // server log messages (SEP-2577) still come from every 2025-11-25 server
@@ -40,6 +40,7 @@ use tracing::{debug, info, warn, Instrument};
 use tether_contract::mcp::ToolDeclaration;
 
 use crate::counters::BridgeCounters;
+use crate::lock;
 use crate::{DeadlinePolicy, Lifecycle};
 
 /// How long the MCP start (rmcp's `server/discover` probe, which waits up to
@@ -60,13 +61,6 @@ const EDGE_CANCEL_GRACE: Duration = Duration::from_secs(2);
 const MAX_LISTENS: u32 = 5;
 /// The tracing target of everything the MCP server itself says (its stderr, its log messages).
 pub(crate) const SERVER_TARGET: &str = "mcp_server";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
 
 /// Which MCP era the server turned out to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

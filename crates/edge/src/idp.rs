@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::auth::{AuthError, Claims, Link, LEEWAY_SECS};
+use crate::lock;
 
 /// Largest JWKS document the edge reads.
 const MAX_JWKS_BYTES: usize = 1 << 20;
@@ -153,10 +154,6 @@ struct IdpClaims {
     nbf: u64,
     #[serde(default)]
     iat: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Idp {

@@ -40,3 +40,9 @@ pub mod ws;
 pub use config::EdgeConfig;
 pub use hub::Hub;
 pub use server::Edge;
+
+/// Locks `m`, taking the data back from a poisoned lock: a panicked holder
+/// must not wedge every later caller.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -32,6 +32,7 @@ use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
 use crate::caps;
 use crate::counters::EdgeCounters;
 use crate::hub::{BackendEvent, Hub};
+use crate::lock;
 use crate::manifest::{AppliedManifest, Identity, ManifestState, Swap};
 use crate::revision::Revision;
 use crate::ws::Outbound;
@@ -133,13 +134,6 @@ pub struct Session {
     revision: OnceLock<Revision>,
     /// Id of the open `subscriptions/listen` request (0: none).
     listen_id: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
 }
 
 fn ms(d: Duration) -> u64 {
