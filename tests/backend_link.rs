@@ -9,40 +9,21 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::SinkExt;
 use serde_json::{json, Value};
-use tokio::io::DuplexStream;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
-use common::{capture_logs, DuplexEdge};
+use common::{capture_logs, next_frame, scripted_backend_edge, DuplexEdge};
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::ErrorKind;
 use tether_core::BackendLink;
 use tether_harness::device::tool;
 use tether_harness::{Behavior, DeviceSpec};
 
-/// A backend link and the edge end of its socket, which the test drives by hand.
-async fn scripted_edge() -> (Arc<BackendLink>, WebSocketStream<DuplexStream>) {
-    let (client_end, edge_end) = tokio::io::duplex(1 << 20);
-    let link =
-        BackendLink::from_stream(WebSocketStream::from_raw_socket(client_end, Role::Client, None).await);
-    (Arc::new(link), WebSocketStream::from_raw_socket(edge_end, Role::Server, None).await)
-}
-
 fn call(session: &str) -> CallParams {
     let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
     CallParams { session: session.into(), name: "client__a".into(), arguments: json!({}), meta }
-}
-
-async fn next_request(edge: &mut WebSocketStream<DuplexStream>) -> Value {
-    loop {
-        if let Message::Text(t) = edge.next().await.unwrap().unwrap() {
-            return serde_json::from_str(t.as_str()).unwrap();
-        }
-    }
 }
 
 fn spawn_call(link: &Arc<BackendLink>) -> tokio::task::JoinHandle<(Result<Value, ErrorKind>, Instant)> {
@@ -55,10 +36,10 @@ fn spawn_call(link: &Arc<BackendLink>) -> tokio::task::JoinHandle<(Result<Value,
 
 #[tokio::test(start_paused = true)]
 async fn five_calls_in_flight_fail_at_once_when_the_edge_end_goes_away() {
-    let (link, mut edge) = scripted_edge().await;
+    let (link, mut edge) = scripted_backend_edge().await;
     let calls: Vec<_> = (0..5).map(|_| spawn_call(&link)).collect();
     for _ in 0..5 {
-        assert_eq!(next_request(&mut edge).await["method"], json!("tools/call"));
+        assert_eq!(next_frame(&mut edge).await["method"], json!("tools/call"));
     }
     let dropped_at = Instant::now();
     drop(edge);
@@ -77,11 +58,11 @@ async fn five_calls_in_flight_fail_at_once_when_the_edge_end_goes_away() {
 
 #[tokio::test(start_paused = true)]
 async fn an_answer_whose_id_is_spelled_differently_reaches_its_caller_at_once() {
-    let (link, mut edge) = scripted_edge().await;
+    let (link, mut edge) = scripted_backend_edge().await;
     for spelled in [|id: u64| json!(id.to_string()), |id: u64| json!(id as f64)] {
         let started = Instant::now();
         let caller = spawn_call(&link);
-        let request = next_request(&mut edge).await;
+        let request = next_frame(&mut edge).await;
         let id = request["id"].as_u64().unwrap();
         let result = json!({"result": {"content": [], "structuredContent": {"n": id}}, "seq": 1});
         let answer = json!({"jsonrpc": "2.0", "id": spelled(id), "result": result});
@@ -96,7 +77,7 @@ async fn an_answer_whose_id_is_spelled_differently_reaches_its_caller_at_once() 
 
 #[tokio::test(start_paused = true)]
 async fn a_burst_past_the_links_own_queue_is_refused_as_counted_overloaded() {
-    let (link, edge) = scripted_edge().await;
+    let (link, edge) = scripted_backend_edge().await;
     // 1,100 calls enqueued from one task before the writer runs: the queue holds 1,024.
     let (outcomes, logs) = capture_logs(futures::future::join_all((0..1_100).map(|_| async {
         tokio::time::timeout(Duration::ZERO, link.call(call("s"), Duration::from_secs(12))).await
@@ -128,17 +109,17 @@ async fn a_devices_json_rpc_error_reaches_the_backend_as_client_error_with_its_c
 /// a real edge drops it at intake): core leaves the tool out of the turn and counts it.
 #[tokio::test(start_paused = true)]
 async fn core_leaves_out_a_listed_tool_whose_schema_it_cannot_compile() {
-    let (link, mut edge) = scripted_edge().await;
+    let (link, mut edge) = scripted_backend_edge().await;
     let turn_link = Arc::clone(&link);
     let turn = tokio::spawn(async move {
         let turn = tether_core::Turn::begin(&turn_link, "s", tether_contract::Budgets::default()).await;
         turn.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>()
     });
-    let begin = next_request(&mut edge).await;
+    let begin = next_frame(&mut edge).await;
     let begun =
         json!({"jsonrpc": "2.0", "id": begin["id"], "result": {"turn": "t", "session": "s", "seq": 1}});
     edge.send(Message::text(begun.to_string())).await.unwrap();
-    let list = next_request(&mut edge).await;
+    let list = next_frame(&mut edge).await;
     let lookaround =
         json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)(a+)+$"}}});
     let manifest = json!({"session": "s", "seq": 1, "tools": [

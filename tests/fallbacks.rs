@@ -452,20 +452,9 @@ async fn a_flood_of_list_changed_is_coalesced_and_rate_limited() {
     assert!(edge.hub.session(&session).unwrap().manifest().unwrap().seq > 1);
 }
 
-/// A backend link whose "edge" end the test drives by hand.
-async fn scripted_edge() -> (tether_core::BackendLink, WebSocketStream<DuplexStream>) {
-    let (client_end, edge_end) = tokio::io::duplex(1 << 20);
-    let role = tokio_tungstenite::tungstenite::protocol::Role::Client;
-    let link =
-        tether_core::BackendLink::from_stream(WebSocketStream::from_raw_socket(client_end, role, None).await);
-    let server = tokio_tungstenite::tungstenite::protocol::Role::Server;
-    (link, WebSocketStream::from_raw_socket(edge_end, server, None).await)
-}
-
 #[tokio::test(start_paused = true)]
 async fn core_counts_its_own_fallbacks() {
-    let (link, mut edge) = scripted_edge().await;
-    let link = std::sync::Arc::new(link);
+    let (link, mut edge) = common::scripted_backend_edge().await;
     // per_tool_timeouts: the edge never answers a turn's call within 12 s.
     let session_manifest =
         json!({"session":"s","seq":1,"tools":[{"name":"client__a","inputSchema":{"type":"object"}}]});

@@ -18,20 +18,12 @@ use tokio::io::DuplexStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use common::{DuplexEdge, LiveEdge};
+use common::{next_frame, DuplexEdge, LiveEdge};
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::ErrorKind;
 use tether_edge::revision::Revision;
 
 const MODERN: &str = "2026-07-28";
-
-async fn next_json(ws: &mut WebSocketStream<DuplexStream>) -> Value {
-    loop {
-        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
-            return serde_json::from_str(t.as_str()).unwrap();
-        }
-    }
-}
 
 async fn send(ws: &mut WebSocketStream<DuplexStream>, v: Value) {
     ws.send(Message::text(v.to_string())).await.unwrap();
@@ -71,7 +63,7 @@ fn discover_result(id: &Value) -> Value {
 /// Plays a 2026-07-28 device through discovery, the first catalog read and
 /// the listen stream; returns (session, the listen request's id).
 async fn modern_device(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>) -> (String, Value) {
-    let discover = next_json(ws).await;
+    let discover = next_frame(ws).await;
     assert_eq!(
         discover["method"],
         json!("server/discover"),
@@ -80,13 +72,13 @@ async fn modern_device(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>
     assert_envelope(&discover);
     let session = discover["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
     send(ws, discover_result(&discover["id"])).await;
-    let list = next_json(ws).await;
+    let list = next_frame(ws).await;
     assert_eq!(list["method"], json!("tools/list"));
     assert_envelope(&list);
     send(ws, tools_page(&list["id"], 1, &["scan_shelf", "count_items"])).await;
     let (mut listen, mut ready) = (None, false);
     while listen.is_none() || !ready {
-        let frame = next_json(ws).await;
+        let frame = next_frame(ws).await;
         match frame["method"].as_str() {
             Some("subscriptions/listen") => listen = Some(frame),
             Some("notifications/tether.dev/manifest_applied") => ready = true,
@@ -131,7 +123,7 @@ async fn a_2026_07_28_device_is_discovered_called_and_its_subscription_drives_re
         let (p, link) = (call(&session, "client__scan_shelf"), link.clone());
         tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await.map(|r| r.result) })
     };
-    let request = next_json(&mut ws).await;
+    let request = next_frame(&mut ws).await;
     assert_eq!(request["method"], json!("tools/call"));
     assert_envelope(&request);
     assert_eq!(request["params"]["_meta"]["tether.dev/deadline_ms"], json!(7000));
@@ -147,7 +139,7 @@ async fn a_2026_07_28_device_is_discovered_called_and_its_subscription_drives_re
                "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": listen_id, "tether.dev/seq": 2}}}),
     )
     .await;
-    let reread = next_json(&mut ws).await;
+    let reread = next_frame(&mut ws).await;
     assert_eq!(reread["method"], json!("tools/list"));
     assert_envelope(&reread);
     send(&mut ws, tools_page(&reread["id"], 2, &["count_items"])).await;
@@ -167,15 +159,15 @@ async fn a_2026_07_28_device_is_discovered_called_and_its_subscription_drives_re
 async fn a_2025_11_25_device_is_greeted_with_initialize_and_nothing_else_first() {
     let edge = DuplexEdge::new();
     let mut ws = edge.raw_device().await;
-    let first = next_json(&mut ws).await;
+    let first = next_frame(&mut ws).await;
     assert_eq!(first["method"], json!("initialize"), "no discovery probe, no extra round trip");
     assert_eq!(first["params"]["protocolVersion"], json!("2025-11-25"));
     send(&mut ws, json!({"jsonrpc":"2.0","id":first["id"],"result":{"serverInfo":{"name":"d"}}})).await;
-    assert_eq!(next_json(&mut ws).await["method"], json!("notifications/initialized"));
-    let list = next_json(&mut ws).await;
+    assert_eq!(next_frame(&mut ws).await["method"], json!("notifications/initialized"));
+    let list = next_frame(&mut ws).await;
     assert!(list["params"].get("_meta").is_none(), "no envelope on 2025-11-25: {list}");
     send(&mut ws, tools_page(&list["id"], 1, &["a"])).await;
-    assert_eq!(next_json(&mut ws).await["method"], json!("notifications/tether.dev/manifest_applied"));
+    assert_eq!(next_frame(&mut ws).await["method"], json!("notifications/tether.dev/manifest_applied"));
     let link = edge.backend().await;
     assert_eq!(
         link.sessions(Duration::from_secs(5)).await.unwrap().sessions[0].protocol_version,
@@ -189,7 +181,7 @@ async fn a_2025_11_25_device_is_greeted_with_initialize_and_nothing_else_first()
 async fn a_device_that_refuses_initialize_is_asked_server_discover_next() {
     let edge = DuplexEdge::new();
     let mut ws = edge.raw_device().await;
-    let init = next_json(&mut ws).await;
+    let init = next_frame(&mut ws).await;
     assert_eq!(init["method"], json!("initialize"));
     // A device that speaks only 2026-07-28 and did not announce it.
     let refused = json!({"code": -32602, "message": "missing io.modelcontextprotocol/protocolVersion"});
@@ -217,12 +209,27 @@ async fn a_device_that_ends_its_subscription_is_counted_and_input_requests_are_r
         let p = call(&session, "client__count_items");
         tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await })
     };
-    let request = next_json(&mut ws).await;
+    let request = next_frame(&mut ws).await;
     let ask = json!({"resultType": "input_required", "inputRequests": {"confirm": {"method": "elicitation/create"}}});
     send(&mut ws, json!({"jsonrpc": "2.0", "id": request["id"], "result": ask})).await;
     let err = caller.await.unwrap().unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClientError);
     assert!(err.message.contains("input_required"), "{}", err.message);
+}
+
+/// Waits until a device speaking `revision` is listed with its manifest; its session id.
+async fn session_speaking(edge: &LiveEdge, revision: &str) -> String {
+    let speaks =
+        |s: &tether_edge::session::Session| s.revision().as_str() == revision && s.manifest().is_some();
+    common::wait_until(|| edge.hub.sessions().iter().any(|s| speaks(s))).await;
+    edge.hub.sessions().into_iter().find(|s| speaks(s)).unwrap().id.clone()
+}
+
+/// A turn on `session` for its user, mira.
+async fn turn_for<'a>(link: &'a tether_core::BackendLink, session: &str) -> tether_core::Turn<'a> {
+    tether_core::Turn::begin(link, session, tether_contract::Budgets::default())
+        .await
+        .with_credential(common::user("mira"))
 }
 
 /// A device written with the official Rust SDK (`rmcp`), dialing a real edge
@@ -301,19 +308,11 @@ mod rmcp_device {
         let link = edge.backend().await;
         for (announce, expected) in [(Some(MODERN), MODERN), (None, "2025-11-25")] {
             connect(&edge, announce).await;
-            common::wait_until(|| {
-                edge.hub
-                    .sessions()
-                    .iter()
-                    .any(|s| s.revision().as_str() == expected && s.manifest().is_some())
-            })
-            .await;
+            let session = session_speaking(&edge, expected).await;
             let sessions = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
-            let s = sessions.iter().find(|s| s.protocol_version == expected).unwrap();
-            assert_eq!(s.tools, 1, "{expected}");
-            let mut turn = tether_core::Turn::begin(&link, &s.session, tether_contract::Budgets::default())
-                .await
-                .with_credential(common::user("mira"));
+            let s = sessions.iter().find(|s| s.session == session).unwrap();
+            assert_eq!((s.protocol_version.as_str(), s.tools), (expected, 1));
+            let mut turn = turn_for(&link, &session).await;
             assert!(turn.context_block(2048).unwrap_or_default().contains("written with rmcp"), "{expected}");
             let result = turn.call("client__scan_shelf", json!({})).await.unwrap();
             assert_eq!(result.content[0]["text"], json!("scan_shelf done"), "{expected}");
@@ -354,18 +353,8 @@ mod python_device {
         let mut notes = link.notifications().unwrap();
         for (announce, expected) in [(Some(MODERN), MODERN), (None, "2025-11-25")] {
             let _device = spawn(&edge, announce);
-            common::wait_until(|| {
-                edge.hub
-                    .sessions()
-                    .iter()
-                    .any(|s| s.revision().as_str() == expected && s.manifest().is_some())
-            })
-            .await;
-            let session =
-                edge.hub.sessions().into_iter().find(|s| s.revision().as_str() == expected).unwrap();
-            let mut turn = tether_core::Turn::begin(&link, &session.id, tether_contract::Budgets::default())
-                .await
-                .with_credential(common::user("mira"));
+            let session = session_speaking(&edge, expected).await;
+            let mut turn = turn_for(&link, &session).await;
             assert!(turn.context_block(2048).unwrap_or_default().contains("Python MCP SDK"), "{expected}");
             let echoed = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();
             assert_eq!(echoed.content[0]["text"], json!("Echo: hi"), "{expected}");
@@ -376,9 +365,7 @@ mod python_device {
             let moved = tokio::time::timeout(Duration::from_secs(10), async {
                 loop {
                     match notes.recv().await {
-                        Some(tether_core::Notification::ListChanged(c)) if c.session == session.id => {
-                            return c
-                        }
+                        Some(tether_core::Notification::ListChanged(c)) if c.session == session => return c,
                         Some(_) => continue,
                         None => panic!("the backend link closed"),
                     }
@@ -387,12 +374,10 @@ mod python_device {
             .await
             .unwrap_or_else(|_| panic!("{expected}: the new tool was never announced"));
             assert!(moved.seq > 1, "{expected}");
-            let mut turn = tether_core::Turn::begin(&link, &session.id, tether_contract::Budgets::default())
-                .await
-                .with_credential(common::user("mira"));
+            let mut turn = turn_for(&link, &session).await;
             turn.call("client__extra", json!({})).await.unwrap();
             drop(_device);
-            common::wait_until(|| edge.hub.session(&session.id).is_none()).await;
+            common::wait_until(|| edge.hub.session(&session).is_none()).await;
         }
     }
 }

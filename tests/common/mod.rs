@@ -221,6 +221,24 @@ impl Drop for DuplexEdge {
 /// elapsed time themselves), so it is generous for a loaded machine.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
+/// A backend link whose edge end the test drives by hand (a scripted edge
+/// over an in-memory pipe), for core's side of the backend link.
+pub async fn scripted_backend_edge() -> (Arc<BackendLink>, WebSocketStream<DuplexStream>) {
+    let (client_end, edge_end) = tokio::io::duplex(1 << 20);
+    let link =
+        BackendLink::from_stream(WebSocketStream::from_raw_socket(client_end, Role::Client, None).await);
+    (Arc::new(link), WebSocketStream::from_raw_socket(edge_end, Role::Server, None).await)
+}
+
+/// The next text frame on a scripted socket, as JSON (every frame, notifications included).
+pub async fn next_frame(ws: &mut WebSocketStream<DuplexStream>) -> Value {
+    loop {
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            return serde_json::from_str(t.as_str()).unwrap();
+        }
+    }
+}
+
 /// Polls `cond` every millisecond until it holds; panics after [`WAIT_LIMIT`]
 /// on the wall clock, or on the runtime's clock when time is paused.
 #[allow(clippy::disallowed_types)] // the wall clock bounds a paused-time test too
