@@ -56,7 +56,8 @@ enum Command {
         /// Principal (`sub`).
         #[arg(long)]
         sub: String,
-        /// Audience: tether-client (a device) or tether-backend (an agent backend).
+        /// Audience: tether-client (a device, or a turn's user), tether-backend (an
+        /// agent backend's link), or tether-operator (reads every session; each use is logged).
         #[arg(long)]
         aud: String,
         /// Lifetime, e.g. 90s, 30m, 1h, 2d.
@@ -349,8 +350,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             Err(format!("{} problem(s) in {}", resolved.issues.len(), file.display()))
         }
         Command::Token { sub, aud, ttl, data_dir } => {
-            if aud != tether_contract::AUD_CLIENT && aud != AUD_BACKEND {
-                return Err(format!("--aud must be {} or {AUD_BACKEND}", tether_contract::AUD_CLIENT));
+            let audiences = [tether_contract::AUD_CLIENT, AUD_BACKEND, tether_contract::AUD_OPERATOR];
+            if !audiences.contains(&aud.as_str()) {
+                return Err(format!("--aud must be one of {}", audiences.join(", ")));
             }
             let token = keys(data_dir)?.issue(&sub, &aud, ttl).map_err(|e| e.to_string())?;
             println!("{token}");
@@ -408,10 +410,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                 }
             };
             // The edge runs a call only for the user who owns the session. This is an
-            // operator's tool holding the secret, so it speaks for the session's own
-            // principal; a real backend forwards the turn's user credential instead.
+            // operator's tool holding the secret, so it looks the owner up with an
+            // operator credential and speaks for them; a real backend forwards the
+            // turn's user credential instead.
             let owner = link
-                .sessions(Duration::from_secs(5))
+                .sessions(&operator(&signing)?, Duration::from_secs(5))
                 .await
                 .ok()
                 .and_then(|l| l.sessions.into_iter().find(|s| s.session == session))
@@ -420,7 +423,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let credential = signing
                 .issue(&owner, tether_contract::AUD_CLIENT, Duration::from_secs(300))
                 .map_err(|e| e.to_string())?;
-            let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(credential);
+            let mut turn = Turn::begin(&link, &session, Some(&credential), Budgets::default()).await;
             if let Some(e) = turn.degraded() {
                 print_error(e);
                 return Err("call failed".into());
@@ -437,11 +440,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
         }
         Command::Inspect { session, edge, data_dir } => {
-            let token = keys(data_dir)?
-                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
-                .map_err(|e| e.to_string())?;
+            let signing = keys(data_dir)?;
+            let token =
+                signing.issue("cli", AUD_BACKEND, Duration::from_secs(300)).map_err(|e| e.to_string())?;
             let link = BackendLink::connect(&edge, &token).await.map_err(|e| e.to_string())?;
-            let view = match link.inspect(&session, Duration::from_secs(5)).await {
+            let view = match link.inspect(&session, &operator(&signing)?, Duration::from_secs(5)).await {
                 Ok(v) => v,
                 Err(e) => {
                     print_error(&e);
@@ -580,11 +583,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Sessions { edge, data_dir } => {
-            let token = keys(data_dir)?
-                .issue("cli", AUD_BACKEND, Duration::from_secs(300))
-                .map_err(|e| e.to_string())?;
+            let signing = keys(data_dir)?;
+            let token =
+                signing.issue("cli", AUD_BACKEND, Duration::from_secs(300)).map_err(|e| e.to_string())?;
             let link = BackendLink::connect(&edge, &token).await.map_err(|e| e.to_string())?;
-            let list = link.sessions(Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+            let list = link
+                .sessions(&operator(&signing)?, Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())?;
             if list.sessions.is_empty() {
                 println!("no sessions connected");
             }
@@ -598,6 +604,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// A short-lived operator credential: the CLI's `sessions`, `inspect` and
+/// `call` read every session with it, and the edge logs each use.
+fn operator(signing: &tether_edge::auth::Keys) -> Result<String, String> {
+    signing
+        .issue("tether-cli", tether_contract::AUD_OPERATOR, Duration::from_secs(300))
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::main]

@@ -112,7 +112,9 @@ async fn core_leaves_out_a_listed_tool_whose_schema_it_cannot_compile() {
     let (link, mut edge) = scripted_backend_edge().await;
     let turn_link = Arc::clone(&link);
     let turn = tokio::spawn(async move {
-        let turn = tether_core::Turn::begin(&turn_link, "s", tether_contract::Budgets::default()).await;
+        let turn =
+            tether_core::Turn::begin(&turn_link, "s", Some("user"), tether_contract::Budgets::default())
+                .await;
         turn.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>()
     });
     let begin = next_frame(&mut edge).await;

@@ -153,14 +153,14 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         );
 
         let link = edge.backend().await;
-        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
         assert!(turn.degraded().is_none(), "{:?}", turn.degraded());
         assert_eq!(names(&turn), PY_TOOLS);
         let manifest = turn.manifest().unwrap();
         assert_eq!(manifest.instructions.as_deref(), Some(PY_INSTRUCTIONS));
         let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
         assert!(block.contains("Tether test server on the Python MCP SDK"), "{block}");
-        let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
+        let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap();
         let ours = listed.sessions.iter().find(|s| s.session == session).unwrap();
         assert_eq!(ours.server_info["name"], json!("tether-python-test"));
         assert_eq!(ours.protocol_version, "2026-07-28", "the bridge speaks what its server speaks");
@@ -200,10 +200,10 @@ async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_era
         assert_eq!(bridge.status().borrow().protocol.as_deref(), Some(revision));
         let link = edge.backend().await;
         let mut events = link.notifications().unwrap();
-        let listed = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
+        let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap().sessions;
         let ours = listed.iter().find(|s| s.session == session).unwrap();
         assert_eq!(ours.protocol_version, revision, "the edge hears the server's revision");
-        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
         assert!(!names(&turn).contains(&"client__extra".to_owned()));
 
         let result = turn.call("client__enable_extra", json!({})).await.unwrap();
@@ -215,7 +215,7 @@ async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_era
         assert!(changed.seq >= 2, "{revision}: the change moved the seq: {changed:?}");
 
         // A new turn sees the new tool and can call it.
-        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
         assert!(names(&turn).contains(&"client__extra".to_owned()), "{revision}: {:?}", names(&turn));
         let result = turn.call("client__extra", json!({})).await.unwrap();
         assert_eq!(text(&result), "extra!");
@@ -234,7 +234,7 @@ async fn a_call_past_its_deadline_is_cancelled_on_the_server_and_answered_as_a_s
     let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
     let session = session(&bridge).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
 
     let err = turn.call("client__slow", json!({"seconds": 30})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClientError, "the bridge answered before the edge's leg: {err:?}");
@@ -258,7 +258,7 @@ async fn a_call_the_edge_cancels_reaches_the_server_as_a_cancellation() {
     let bridge = Bridge::start(cfg).unwrap();
     let session = session(&bridge).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
 
     let err = turn.call("client__slow", json!({"seconds": 30})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
@@ -280,7 +280,7 @@ async fn a_call_the_server_cancels_itself_is_answered_as_a_structured_error() {
     let bridge = Bridge::start(cfg).unwrap();
     let session = session(&bridge).await;
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
 
     let started = tokio::time::Instant::now();
     let err = turn.call("client__abandon", json!({})).await.unwrap_err();
@@ -547,7 +547,7 @@ async fn a_killed_server_is_restarted_and_its_tools_declared_again_as_a_new_sess
     assert!(status.last_close.unwrap().contains("exited (signal: 9"), "the bridge knows why it closed");
     assert_eq!(bridge.counters().get("server_exits"), Some(1));
 
-    let mut turn = Turn::begin(&link, &second, Budgets::default()).await.with_credential(user("mira"));
+    let mut turn = Turn::begin(&link, &second, Some(&user("mira")), Budgets::default()).await;
     assert_eq!(names(&turn), PY_TOOLS, "the restarted server's tools are declared again");
     let result = turn.call("client__echo", json!({"message": "again"})).await.unwrap();
     assert_eq!(text(&result), "Echo: again");
@@ -593,9 +593,8 @@ async fn when_the_edge_goes_away_the_bridge_redials_and_the_server_keeps_running
     assert!(bridge.counters().get("edge_disconnects").unwrap() >= 1);
 
     let link = edge.backend().await;
-    let mut turn = Turn::begin(&link, status.session.as_deref().unwrap(), Budgets::default())
-        .await
-        .with_credential(user("mira"));
+    let mut turn =
+        Turn::begin(&link, status.session.as_deref().unwrap(), Some(&user("mira")), Budgets::default()).await;
     assert_eq!(names(&turn), PY_TOOLS, "the tools are declared again on the new connection");
     assert_eq!(text(&turn.call("client__echo", json!({"message": "back"})).await.unwrap()), "Echo: back");
     bridge.stop().await.unwrap();
@@ -610,10 +609,10 @@ async fn server_everything_lists_its_tools_echoes_and_its_progress_is_harmless()
         let protocol = bridge.status().borrow().protocol.clone();
         assert_eq!(protocol.as_deref(), Some("2025-11-25"), "server-everything is legacy-only");
         let link = edge.backend().await;
-        let listed = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
+        let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap().sessions;
         let ours = listed.iter().find(|s| s.session == session).unwrap();
         assert_eq!(ours.protocol_version, "2025-11-25", "a legacy server makes a 2025-11-25 device");
-        let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+        let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
         let manifest = turn.manifest().unwrap();
         assert_eq!(names(&turn).len(), 13, "{:?} (dropped: {:?})", names(&turn), manifest.dropped);
         assert!(manifest.dropped.is_empty());
@@ -672,10 +671,10 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
 
     let link = edge.backend().await;
     wait_until(|| edge.hub.session_count() == 1).await;
-    let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
+    let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap();
     let session = listed.sessions[0].session.clone();
     assert_eq!(listed.sessions[0].server_info["name"], json!("tether-python-test"));
-    let mut turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
     assert_eq!(text(&turn.call("client__echo", json!({"message": "cli"})).await.unwrap()), "Echo: cli");
 
     // SIGINT stops it cleanly: the device leaves and the bridge exits 0.

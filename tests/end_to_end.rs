@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use common::{fixture, keys, wait_until, LiveEdge};
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::{Budgets, ErrorKind};
+use tether_contract::{Budgets, ErrorKind, Leg};
 use tether_core::Turn;
 use tether_edge::auth::Claims;
 use tether_harness::device::tool;
@@ -33,8 +33,7 @@ async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
     let link = edge.backend().await;
 
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     assert!(turn.degraded().is_none(), "{:?}", turn.degraded());
     assert_eq!(turn.tools().len(), declared.len());
     for (got, original) in turn.tools().iter().zip(&declared) {
@@ -74,7 +73,7 @@ async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     assert_eq!(calls[0].meta["tether.dev/deadline_ms"], json!(7000));
 
     // sessions/list shows it with its principal.
-    let sessions = link.sessions(Duration::from_secs(2)).await.unwrap();
+    let sessions = link.sessions(&common::operator(), Duration::from_secs(2)).await.unwrap();
     assert_eq!(sessions.sessions.len(), 1);
     assert_eq!(sessions.sessions[0].principal, "mira");
     assert_eq!(sessions.sessions[0].tools, 10);
@@ -87,8 +86,7 @@ async fn is_error_results_and_device_errors_become_client_errors() {
         .with("confirm", Behavior::Fail { code: "user_declined".into(), retryable: false });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let err = turn.call("client__confirm", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClientError);
     assert_eq!(err.detail("code"), Some(&json!("user_declined")));
@@ -282,8 +280,7 @@ async fn shutdown_fails_calls_in_flight_and_closes_sockets_with_1001() {
     let (mut dev, session) =
         edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let mut backend_socket = {
         let mut req = format!("{}/v1/backend", edge.url).into_client_request().unwrap();
         let token = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
@@ -352,9 +349,9 @@ async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_ne
         link.counters(),
     )
     .unwrap();
-    let mut turn = Turn::begin_scoped(&link, &session, Budgets::default(), profiles.get("reader").unwrap())
-        .await
-        .with_credential(common::user("mira"));
+    let reader = profiles.get("reader").unwrap();
+    let mut turn =
+        Turn::begin_scoped(&link, &session, Some(&common::user("mira")), Budgets::default(), reader).await;
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(listed, ["client__get_visible_screen", "client__read_location"]);
 
@@ -369,8 +366,7 @@ async fn a_caller_profile_hides_tools_and_dispatch_refuses_what_the_model_was_ne
     assert_eq!(dev.observed.calls().len(), 1);
 
     // With every tool in scope, a never-listed name is still refused at dispatch.
-    let mut open =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut open = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let err = open.call("client__drop_all_tables", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ToolUnavailable);
     assert_eq!(dev.observed.calls().len(), 1);
@@ -397,10 +393,77 @@ async fn only_the_user_who_owns_the_session_can_call_it() {
     }
     assert!(dev.observed.calls().is_empty(), "nothing reached the device");
     assert_eq!(edge.hub.counters().get("calls_forbidden"), 4);
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     turn.call("client__read", json!({})).await.unwrap();
     assert_eq!(dev.observed.calls().len(), 1);
+}
+
+/// Reading a session is data access: the service token alone, a bad credential
+/// or another user's reads nothing, not even which tools exist; a user lists
+/// only their own sessions; an operator credential reads every one, logged.
+#[tokio::test]
+async fn only_the_sessions_user_or_an_operator_can_read_it() {
+    let edge = LiveEdge::start().await;
+    let (_mira_device, mira) = edge.device(DeviceSpec::minimal(vec![tool("read_diary")])).await;
+    let spec = DeviceSpec::minimal(vec![tool("read_diary")]);
+    let mut leo_device =
+        tether_harness::SimDevice::connect(&edge.url, &edge.client_token("leo"), spec).await.unwrap();
+    let leo = leo_device.ready().await.unwrap();
+    let link = edge.backend().await;
+    let budget = Duration::from_secs(5);
+    let read = |method: &'static str, params: Value| link.request(method, params, Leg::TurnStart, budget);
+    let service = keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+    let refused: Vec<(&str, Option<String>, ErrorKind)> = vec![
+        ("service token alone", None, ErrorKind::Forbidden),
+        ("another user", Some(common::user("leo")), ErrorKind::Forbidden),
+        ("expired credential", Some(common::expired_user("mira")), ErrorKind::Unauthenticated),
+        ("garbage", Some("not-a-token".into()), ErrorKind::Unauthenticated),
+        ("the backend's own token", Some(service), ErrorKind::Unauthenticated),
+    ];
+    for (name, credential, want) in &refused {
+        for method in ["turn/begin", "tools/list", "sessions/inspect"] {
+            let params = json!({"session": mira, "_meta": {"credential": credential}});
+            let err = read(method, params).await.unwrap_err();
+            assert_eq!(err.kind, *want, "{method}, {name}");
+            let said = format!("{} {:?}", err.message, err.details);
+            assert!(!said.contains("read_diary") && !said.contains("mira"), "{method}, {name}: {said}");
+        }
+        if *want == ErrorKind::Unauthenticated || credential.is_none() {
+            let err = read("sessions/list", json!({"_meta": {"credential": credential}})).await.unwrap_err();
+            assert_eq!(err.kind, *want, "sessions/list, {name}");
+        }
+    }
+    let err = read("sessions/list", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Forbidden, "sessions/list with no params at all");
+    assert_eq!(edge.hub.counters().get("reads_refused"), 5 * 3 + 4 + 1);
+
+    // A user lists their own sessions, and only those.
+    for (user, own) in [("mira", &mira), ("leo", &leo)] {
+        let listed = link.sessions(&common::user(user), budget).await.unwrap().sessions;
+        let ids: Vec<_> = listed.iter().map(|s| s.session.as_str()).collect();
+        assert_eq!(ids, [own.as_str()], "{user}");
+    }
+    assert_eq!(link.list_tools(&mira, &common::user("mira"), budget).await.unwrap().tools.len(), 1);
+
+    // An operator reads every session, and each use leaves a line in the log.
+    let (both, logs) = common::capture_logs(async {
+        let both = link.sessions(&common::operator(), budget).await.unwrap().sessions.len();
+        link.inspect(&leo, &common::operator(), budget).await.unwrap();
+        both
+    })
+    .await;
+    assert_eq!(both, 2);
+    assert_eq!(edge.hub.counters().get("operator_reads"), 2);
+    assert!(logs.contains("operator credential used to read sessions"), "{logs}");
+    assert!(logs.contains("operator read a session") && logs.contains(leo.as_str()), "{logs}");
+    // An operator reads; it never calls.
+    let meta = CallMeta { credential: Some(common::operator()), ..CallMeta::default() };
+    let params =
+        CallParams { session: mira.clone(), name: "client__read_diary".into(), arguments: json!({}), meta };
+    assert_eq!(
+        link.call(params, Duration::from_secs(12)).await.unwrap_err().kind,
+        ErrorKind::Unauthenticated
+    );
 }
 
 #[tokio::test]

@@ -51,8 +51,7 @@ async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
     let edge = LiveEdge::start().await;
     let (dev, session) = edge.device(DeviceSpec::fieldkit()).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let bad = [
         ("client__open_work_order", json!({"workOrderId": "1182"})),
         ("client__open_work_order", json!({})),
@@ -105,8 +104,7 @@ async fn every_declared_output_shape_is_checked_and_a_mismatch_is_withheld() {
     // Honest answers: the simulated device returns a minimal instance of each output schema.
     let (_dev, session) = edge.device(DeviceSpec::fieldkit()).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let shaped = [
         ("client__get_visible_screen", json!({})),
         ("client__scan_barcode", json!({"symbologies": ["qr"]})),
@@ -127,8 +125,7 @@ async fn every_declared_output_shape_is_checked_and_a_mismatch_is_withheld() {
     });
     let decl = with_schemas("read_id", json!({"type": "object"}), Some(strict));
     let (dev, session) = edge.device(DeviceSpec::minimal(vec![decl])).await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let err = turn.call("client__read_id", json!({})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Internal);
     assert_eq!(err.detail("reason"), Some(&json!("result_shape")));
@@ -159,7 +156,7 @@ async fn hostile_schemas_are_refused_at_the_edge_and_at_core_and_nothing_is_fetc
     ];
     let (_dev, session) = edge.device(DeviceSpec::minimal(tools)).await;
     let link = edge.backend().await;
-    let turn = Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let manifest = turn.manifest().unwrap();
     let dropped: Vec<_> = manifest.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
     let rejected = DropReason::SchemaRejected;

@@ -460,7 +460,9 @@ async fn core_counts_its_own_fallbacks() {
         json!({"session":"s","seq":1,"tools":[{"name":"client__a","inputSchema":{"type":"object"}}]});
     let turn_link = link.clone();
     let turn = tokio::spawn(async move {
-        let mut turn = tether_core::Turn::begin(&turn_link, "s", tether_contract::Budgets::default()).await;
+        let mut turn =
+            tether_core::Turn::begin(&turn_link, "s", Some("user"), tether_contract::Budgets::default())
+                .await;
         turn.call("client__a", json!({})).await
     });
     let begin = next_json(&mut edge).await;

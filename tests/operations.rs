@@ -50,8 +50,7 @@ async fn health_readiness_and_metrics_share_the_websocket_port() {
 
     let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("ping")])).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     turn.call("client__ping", json!({})).await.unwrap();
     // Straight to the edge: core's dispatcher would refuse an unlisted name before sending it.
     let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
@@ -111,7 +110,7 @@ async fn a_drain_loses_no_call_in_flight() {
         let session = session.clone();
         tokio::spawn(async move {
             let mut turn =
-                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+                Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
             turn.call("client__slow", json!({})).await
         })
     };
@@ -121,8 +120,7 @@ async fn a_drain_loses_no_call_in_flight() {
     assert_eq!(http_get(&edge.url, "/readyz").await.0, 503, "not ready while draining");
 
     // New work is refused with a sentence; new sessions and backends too.
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let refused = turn.call("client__fast", json!({})).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Overloaded);
     match tokio_tungstenite::connect_async(edge.device_request()).await {
@@ -158,7 +156,7 @@ async fn a_call_that_outlives_the_drain_timeout_fails_channel_closed_at_the_time
         let link = link.clone();
         tokio::spawn(async move {
             let mut turn =
-                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+                Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
             let started = tokio::time::Instant::now();
             (turn.call("client__stuck", json!({})).await, started.elapsed())
         })
@@ -218,7 +216,7 @@ async fn killing_a_device_mid_call_shows_up_in_metrics() {
         let link = link.clone();
         tokio::spawn(async move {
             let mut turn =
-                Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+                Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
             turn.call("client__wait", json!({})).await
         })
     };

@@ -110,14 +110,16 @@ async fn fixture() -> Fixture {
     Fixture { _edge: edge, _device: device, link, session }
 }
 
-async fn turn<'a>(f: &'a Fixture, registry: &Registry, user: Option<&str>) -> Turn<'a> {
-    let turn = Turn::begin_scoped(&f.link, &f.session, Budgets::default(), support_profile(&f.link, ""))
+/// A support turn presenting `credential` (a user's token, a forged one, or none).
+async fn turn_with<'a>(f: &'a Fixture, registry: &Registry, credential: Option<&str>) -> Turn<'a> {
+    Turn::begin_scoped(&f.link, &f.session, credential, Budgets::default(), support_profile(&f.link, ""))
         .await
-        .with_sources(registry);
-    match user {
-        Some(sub) => turn.with_credential(common::user(sub)),
-        None => turn,
-    }
+        .with_sources(registry)
+}
+
+/// A support turn for user `sub`, or with no credential.
+async fn turn<'a>(f: &'a Fixture, registry: &Registry, user: Option<&str>) -> Turn<'a> {
+    turn_with(f, registry, user.map(common::user).as_deref()).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,7 +159,7 @@ async fn another_users_order_is_denied_at_authorization_and_never_executed() {
     assert_eq!(f.link.counters().get("credential_missing"), 1, "refused at dispatch by the source's posture");
     // The source verifies what it is given: a forged or expired token reads nothing.
     for bad in ["not-a-token".to_owned(), common::expired_user("mira")] {
-        let mut forged = self::turn(&f, &registry, None).await.with_credential(bad);
+        let mut forged = turn_with(&f, &registry, Some(&bad)).await;
         let err = forged.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unauthenticated);
     }
@@ -258,20 +260,20 @@ async fn scope_selects_sources_binding_and_latency() {
         .unwrap()
         .get("kiosk")
         .unwrap();
-    let mut kiosk = Turn::begin_scoped(&f.link, &f.session, Budgets::default(), client_only)
-        .await
-        .with_sources(&registry)
-        .with_credential(common::user("mira"));
+    let mut kiosk =
+        Turn::begin_scoped(&f.link, &f.session, Some(&common::user("mira")), Budgets::default(), client_only)
+            .await
+            .with_sources(&registry);
     assert!(kiosk.tools().iter().all(|t| t.name != "get_order"));
     let err = kiosk.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Forbidden);
 
     // Discovery binding: only find_tools is listed until the model finds what it needs.
     let discovery = support_profile(&f.link, "binding = \"discovery\"\n");
-    let mut turn = Turn::begin_scoped(&f.link, &f.session, Budgets::default(), discovery)
-        .await
-        .with_sources(&registry)
-        .with_credential(common::user("mira"));
+    let mut turn =
+        Turn::begin_scoped(&f.link, &f.session, Some(&common::user("mira")), Budgets::default(), discovery)
+            .await
+            .with_sources(&registry);
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.clone()).collect();
     assert_eq!(listed, [tether_core::FIND_TOOLS]);
     let err = turn.call("get_order", json!({"order_id": "A-104"})).await.unwrap_err();
@@ -290,10 +292,10 @@ async fn scope_selects_sources_binding_and_latency() {
     for (latency, reachable) in [("interactive", false), ("background", true)] {
         let text = format!("[callers.c]\n{everywhere}tools = [\"*\"]\nlatency = \"{latency}\"\n");
         let profile = Profiles::from_toml(&text, f.link.counters()).unwrap().get("c").unwrap();
-        let mut turn = Turn::begin_scoped(&f.link, &f.session, Budgets::default(), profile)
-            .await
-            .with_sources(&registry)
-            .with_credential(common::user("mira"));
+        let mut turn =
+            Turn::begin_scoped(&f.link, &f.session, Some(&common::user("mira")), Budgets::default(), profile)
+                .await
+                .with_sources(&registry);
         assert_eq!(turn.tools().iter().any(|t| t.name == "monthly_report"), reachable, "{latency}");
         assert!(turn.tools().iter().any(|t| t.name == "get_order"), "{latency}");
         let outcome = turn.call("monthly_report", json!({})).await;

@@ -107,12 +107,12 @@ async fn a_2026_07_28_device_is_discovered_called_and_its_subscription_drives_re
     let link = std::sync::Arc::new(edge.backend().await);
     let mut notes = link.notifications().unwrap();
 
-    let listed = link.sessions(Duration::from_secs(5)).await.unwrap();
+    let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap();
     assert_eq!(listed.sessions[0].protocol_version, MODERN);
     assert_eq!(listed.sessions[0].server_info["name"], json!("shelf-scanner"));
-    let inspected = link.inspect(&session, Duration::from_secs(5)).await.unwrap();
+    let inspected = link.inspect(&session, &common::operator(), Duration::from_secs(5)).await.unwrap();
     assert_eq!(inspected.protocol_version, MODERN);
-    let turn = tether_core::Turn::begin(&link, &session, tether_contract::Budgets::default()).await;
+    let turn = turn_for(&link, &session).await;
     assert!(
         turn.context_block(2048).unwrap_or_default().contains("A shelf scanner in a warehouse."),
         "instructions are the concept"
@@ -170,7 +170,8 @@ async fn a_2025_11_25_device_is_greeted_with_initialize_and_nothing_else_first()
     assert_eq!(next_frame(&mut ws).await["method"], json!("notifications/tether.dev/manifest_applied"));
     let link = edge.backend().await;
     assert_eq!(
-        link.sessions(Duration::from_secs(5)).await.unwrap().sessions[0].protocol_version,
+        link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap().sessions[0]
+            .protocol_version,
         "2025-11-25"
     );
     let text = edge.hub.metrics.render();
@@ -227,9 +228,8 @@ async fn session_speaking(edge: &LiveEdge, revision: &str) -> String {
 
 /// A turn on `session` for its user, mira.
 async fn turn_for<'a>(link: &'a tether_core::BackendLink, session: &str) -> tether_core::Turn<'a> {
-    tether_core::Turn::begin(link, session, tether_contract::Budgets::default())
+    tether_core::Turn::begin(link, session, Some(&common::user("mira")), tether_contract::Budgets::default())
         .await
-        .with_credential(common::user("mira"))
 }
 
 /// A device written with the official Rust SDK (`rmcp`), dialing a real edge
@@ -309,7 +309,7 @@ mod rmcp_device {
         for (announce, expected) in [(Some(MODERN), MODERN), (None, "2025-11-25")] {
             connect(&edge, announce).await;
             let session = session_speaking(&edge, expected).await;
-            let sessions = link.sessions(Duration::from_secs(5)).await.unwrap().sessions;
+            let sessions = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap().sessions;
             let s = sessions.iter().find(|s| s.session == session).unwrap();
             assert_eq!((s.protocol_version.as_str(), s.tools), (expected, 1));
             let mut turn = turn_for(&link, &session).await;

@@ -39,8 +39,7 @@ async fn the_7s_leg_expires_before_the_12s_budget_and_the_device_is_told_to_canc
     let (dev, session) =
         edge.device(DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent)).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
 
     let started = Instant::now();
     let err = turn.call("client__wait", json!({})).await.unwrap_err();
@@ -67,8 +66,7 @@ async fn an_answer_at_7_5s_is_logged_counted_and_dropped_with_exactly_one_outcom
         .with("slow", Behavior::Late { after: Duration::from_millis(7_500) });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
 
     let (outcome, logs) = capture_logs(async {
         let outcome = turn.call("client__slow", json!({})).await;
@@ -219,8 +217,7 @@ async fn a_tool_removed_mid_turn_is_unavailable_and_the_error_lists_what_is() {
     let edge = DuplexEdge::new();
     let (dev, session) = edge.device(DeviceSpec::minimal(vec![tool("keep"), tool("leave")])).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     assert_eq!(turn.tools().len(), 2);
 
     dev.navigate(vec![tool("keep")]).await;
@@ -243,8 +240,7 @@ async fn a_call_that_moves_the_seq_rereads_and_one_that_does_not_never_does() {
         .with("go", Behavior::Navigate { tools: vec![tool("look"), tool("go"), tool("new")] });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     turn.call("client__look", json!({})).await.unwrap();
     assert_eq!(edge.hub.counters().get("rereads_after_call"), 0, "an unchanged seq costs no re-read");
     turn.call("client__go", json!({})).await.unwrap();
@@ -295,7 +291,7 @@ async fn the_turn_start_read_retries_once_then_proceeds_without_client_tools() {
     let edge = DuplexEdge::new();
     let link = edge.backend().await;
     let started = Instant::now();
-    let turn = Turn::begin(&link, "no-such-session", Budgets::default()).await;
+    let turn = Turn::begin(&link, "no-such-session", Some(&common::user("mira")), Budgets::default()).await;
     assert!(turn.tools().is_empty());
     assert_eq!(turn.degraded().map(|e| e.kind), Some(ErrorKind::SessionNotFound));
     assert_eq!(link.counters().get("turn_start_fallbacks"), 1);
@@ -306,7 +302,7 @@ async fn the_turn_start_read_retries_once_then_proceeds_without_client_tools() {
     // is silent itself makes core retry once after the backoff, then degrade.
     let (silent, _held_open) = silent_edge().await;
     let started = Instant::now();
-    let turn = Turn::begin(&silent, "s", Budgets::default()).await;
+    let turn = Turn::begin(&silent, "s", Some("user"), Budgets::default()).await;
     let b = Budgets::default();
     assert_eq!(started.elapsed(), b.turn_start * 2 + b.turn_start_backoff);
     assert_eq!(turn.degraded().map(|e| e.kind), Some(ErrorKind::Timeout));
@@ -346,8 +342,7 @@ async fn an_honest_device_gives_up_at_its_own_2s_ceiling() {
         .with("think", Behavior::Answer { latency: Duration::from_secs(5) });
     let (_dev, session) = edge.device(spec).await;
     let link = edge.backend().await;
-    let mut turn =
-        Turn::begin(&link, &session, Budgets::default()).await.with_credential(common::user("mira"));
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
     let started = Instant::now();
     let err = turn.call("client__think", json!({})).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(2), "the device's ceiling, well inside the edge's 7 s");

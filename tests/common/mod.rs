@@ -34,6 +34,11 @@ pub fn user(sub: &str) -> String {
     keys().issue(sub, "tether-client", Duration::from_secs(600)).unwrap()
 }
 
+/// An operator credential: reads every session (`tether sessions`, `tether inspect`).
+pub fn operator() -> String {
+    keys().issue("ops", tether_contract::AUD_OPERATOR, Duration::from_secs(600)).unwrap()
+}
+
 /// A user credential for `sub` that expired an hour ago.
 pub fn expired_user(sub: &str) -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();

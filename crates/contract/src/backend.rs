@@ -53,11 +53,35 @@ pub struct SessionsList {
     pub sessions: Vec<SessionInfo>,
 }
 
-/// Params naming one session (`turn/begin`, `tools/list`).
+/// `_meta` of a read (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`).
+///
+/// Reading a session is data access: the edge shows a session only to the
+/// user who owns it (a `tether-client` credential) or to an operator (a
+/// `tether-operator` credential, every use logged). The backend's service
+/// token opens the link and grants nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadMeta {
+    /// The reader's credential: the turn's user, or an operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+}
+
+/// Params of `sessions/list`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListParams {
+    /// Whose sessions: a user sees their own, an operator every one.
+    #[serde(default, rename = "_meta")]
+    pub meta: ReadMeta,
+}
+
+/// Params naming one session (`turn/begin`, `tools/list`, `sessions/inspect`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionParams {
     /// Session id.
     pub session: String,
+    /// The reader's credential.
+    #[serde(default, rename = "_meta")]
+    pub meta: ReadMeta,
 }
 
 /// `turn/begin` result.

@@ -34,5 +34,7 @@ pub const BACKEND_PATH: &str = "/v1/backend";
 pub const AUD_CLIENT: &str = "tether-client";
 /// JWT audience of a backend service credential.
 pub const AUD_BACKEND: &str = "tether-backend";
+/// JWT audience of an operator credential: reads every session, never calls a tool.
+pub const AUD_OPERATOR: &str = "tether-operator";
 /// MCP protocol revision the client link speaks.
 pub const MCP_PROTOCOL_VERSION: &str = "2025-11-25";

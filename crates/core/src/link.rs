@@ -277,26 +277,42 @@ impl BackendLink {
         })
     }
 
-    /// Lists connected sessions.
-    pub async fn sessions(&self, budget: Duration) -> Result<SessionsList, WireError> {
-        self.typed(method::SESSIONS_LIST, json!({}), Leg::TurnStart, budget).await
+    /// Lists the sessions `credential` may read: a user's own, or every one for
+    /// an operator credential (`tether-operator`).
+    pub async fn sessions(&self, credential: &str, budget: Duration) -> Result<SessionsList, WireError> {
+        let params = json!({ "_meta": { "credential": credential } });
+        self.typed(method::SESSIONS_LIST, params, Leg::TurnStart, budget).await
     }
 
-    /// Starts a turn against `session`.
-    pub async fn begin_turn(&self, session: &str, budget: Duration) -> Result<TurnBegun, WireError> {
-        let params = json!({ "session": session });
-        self.typed(method::TURN_BEGIN, params, Leg::TurnStart, budget).await
+    /// Starts a turn against `session` for its user.
+    pub async fn begin_turn(
+        &self,
+        session: &str,
+        credential: &str,
+        budget: Duration,
+    ) -> Result<TurnBegun, WireError> {
+        self.typed(method::TURN_BEGIN, read_params(session, credential), Leg::TurnStart, budget).await
     }
 
-    /// The operator's view of one session: names, drops, recent calls.
-    pub async fn inspect(&self, session: &str, budget: Duration) -> Result<SessionInspect, WireError> {
-        self.typed(method::SESSIONS_INSPECT, json!({ "session": session }), Leg::TurnStart, budget).await
+    /// The operator's view of one session: names, drops, recent calls (its user
+    /// may read it too).
+    pub async fn inspect(
+        &self,
+        session: &str,
+        credential: &str,
+        budget: Duration,
+    ) -> Result<SessionInspect, WireError> {
+        self.typed(method::SESSIONS_INSPECT, read_params(session, credential), Leg::TurnStart, budget).await
     }
 
-    /// Reads `session`'s applied manifest.
-    pub async fn list_tools(&self, session: &str, budget: Duration) -> Result<Manifest, WireError> {
-        let params = json!({ "session": session });
-        self.typed(method::TOOLS_LIST, params, Leg::TurnStart, budget).await
+    /// Reads `session`'s applied manifest for its user.
+    pub async fn list_tools(
+        &self,
+        session: &str,
+        credential: &str,
+        budget: Duration,
+    ) -> Result<Manifest, WireError> {
+        self.typed(method::TOOLS_LIST, read_params(session, credential), Leg::TurnStart, budget).await
     }
 
     /// One raw `tools/call` within `budget` (prefer [`crate::Turn::call`], which re-validates names).
@@ -313,6 +329,11 @@ impl Drop for BackendLink {
         self.inner.latch("backend link dropped");
         let _ = self.inner.outbound.try_send(Message::Close(None));
     }
+}
+
+/// Params of a read naming one session: the edge shows it only to its user or an operator.
+fn read_params(session: &str, credential: &str) -> Value {
+    json!({ "session": session, "_meta": { "credential": credential } })
 }
 
 fn decode_notification(method: String, params: Value) -> Notification {

@@ -153,17 +153,27 @@ fn find_tools_declaration() -> ToolDeclaration {
 }
 
 impl<'a> Turn<'a> {
-    /// Begins a turn that may reach every client tool (see [`Turn::begin_scoped`]).
-    pub async fn begin(link: &'a BackendLink, session: &str, budgets: Budgets) -> Turn<'a> {
-        Turn::begin_scoped(link, session, budgets, Arc::new(CallerProfile::everything())).await
+    /// Begins a turn for `user` that may reach every client tool (see [`Turn::begin_scoped`]).
+    pub async fn begin(
+        link: &'a BackendLink,
+        session: &str,
+        user: Option<&str>,
+        budgets: Budgets,
+    ) -> Turn<'a> {
+        Turn::begin_scoped(link, session, user, budgets, Arc::new(CallerProfile::everything())).await
     }
 
     /// Begins a turn under a caller profile: `turn/begin` plus the catalog read,
     /// retried once, degrading to no client tools; only tools the profile allows
     /// are listed, and every call re-checks the profile.
+    ///
+    /// `user` is the turn's user credential: the edge shows and runs a session
+    /// only for the user who owns it, and server-side sources verify it
+    /// themselves. Without one the turn has no client tools.
     pub async fn begin_scoped(
         link: &'a BackendLink,
         session: &str,
+        user: Option<&str>,
         budgets: Budgets,
         profile: Arc<CallerProfile>,
     ) -> Turn<'a> {
@@ -175,7 +185,7 @@ impl<'a> Turn<'a> {
             degraded: None,
             counters,
             profile,
-            credential: None,
+            credential: user.map(str::to_owned),
             registry: Registry::new(),
             gates: HashMap::new(),
             listed: Vec::new(),
@@ -212,9 +222,15 @@ impl<'a> Turn<'a> {
     async fn read_catalog(&mut self) -> Result<(), WireError> {
         let deadline = Instant::now() + self.budgets.turn_start;
         let link = self.client.link;
-        let begun = link.begin_turn(&self.client.session, self.budgets.turn_start).await?;
+        let Some(credential) = self.credential.as_deref() else {
+            return Err(WireError::new(
+                ErrorKind::Forbidden,
+                "a turn without the user's credential reads no session",
+            ));
+        };
+        let begun = link.begin_turn(&self.client.session, credential, self.budgets.turn_start).await?;
         let left = deadline.saturating_duration_since(Instant::now());
-        let manifest = link.list_tools(&self.client.session, left).await?;
+        let manifest = link.list_tools(&self.client.session, credential, left).await?;
         self.turn_id = Some(begun.turn);
         info!(session = %self.client.session, seq = manifest.seq, "turn bound to manifest");
         self.client.set_manifest(manifest);
@@ -283,14 +299,6 @@ impl<'a> Turn<'a> {
                 .collect(),
         };
         self.gates = gates;
-    }
-
-    /// Attaches the turn's user credential, sent with every call: the edge runs a
-    /// client call only when its principal owns the session, and server-side
-    /// sources verify it themselves.
-    pub fn with_credential(mut self, credential: impl Into<String>) -> Self {
-        self.credential = Some(credential.into());
-        self
     }
 
     /// Adds the backend's server-side sources; the caller's profile decides

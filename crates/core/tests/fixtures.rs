@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 use tether_contract::backend::{
-    CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionsList, TurnBegun,
+    CallParams, CallResponse, ListChanged, ListParams, Manifest, SessionClosed, SessionParams, SessionsList,
+    TurnBegun,
 };
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, names};
@@ -28,9 +29,21 @@ fn backend_frames_decode_into_the_contract_types() {
     for tool in &manifest.tools {
         assert_eq!(names::check(&tool.name), Ok(()), "{}", tool.name);
     }
+    // Every read names its reader: the service token that opened the link reads nothing.
+    let list: ListParams =
+        serde_json::from_value(fixture("frames/backend/sessions_list.request.json")["params"].clone())
+            .unwrap();
+    assert!(list.meta.credential.is_some());
+    for read in ["turn_begin", "tools_list"] {
+        let p: SessionParams =
+            serde_json::from_value(fixture(&format!("frames/backend/{read}.request.json"))["params"].clone())
+                .unwrap();
+        assert!(p.meta.credential.is_some(), "{read}");
+    }
     let call: CallParams =
         serde_json::from_value(fixture("frames/backend/tools_call.request.json")["params"].clone()).unwrap();
     assert_eq!(call.meta.bound_seq, Some(4));
+    assert!(call.meta.credential.is_some());
     let resp: CallResponse =
         serde_json::from_value(fixture("frames/backend/tools_call.response.json")["result"].clone()).unwrap();
     assert_eq!(resp.result.seq(), Some(5));

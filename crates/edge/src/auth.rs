@@ -278,6 +278,8 @@ pub enum Link {
     Client,
     /// `/v1/backend`.
     Backend,
+    /// A read of any session for operations (`tether token --aud tether-operator`).
+    Operator,
 }
 
 impl Link {
@@ -286,6 +288,7 @@ impl Link {
         match self {
             Link::Client => tether_contract::AUD_CLIENT,
             Link::Backend => tether_contract::AUD_BACKEND,
+            Link::Operator => tether_contract::AUD_OPERATOR,
         }
     }
 }
@@ -325,7 +328,11 @@ impl Verifier {
     pub fn verify(&self, token: &str, link: Link) -> Result<Claims, AuthError> {
         // Without a provider every token is the edge's own: no header to dispatch on
         // (this runs on every backend call's user credential).
-        let Some(idp) = &self.idp else { return self.own.verify(token, link.own_audience()) };
+        // Operators are minted by `tether token` only: an identity provider grants no operator view.
+        let idp = match &self.idp {
+            Some(idp) if link != Link::Operator => idp,
+            _ => return self.own.verify(token, link.own_audience()),
+        };
         let header = match jsonwebtoken::decode_header(token) {
             Ok(h) => h,
             Err(_) if is_alg_none(token) => return Err(AuthError::AlgNone),

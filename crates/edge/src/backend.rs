@@ -15,18 +15,23 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use tether_contract::backend::{method, CallParams, SessionInfo, SessionParams, SessionsList, TurnBegun};
+use tether_contract::backend::{
+    method, CallParams, ListParams, SessionInfo, SessionParams, SessionsList, TurnBegun,
+};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 
+use crate::auth::Link;
 use crate::counters::EdgeCounters;
 use crate::hub::Hub;
 use crate::session::Session;
 use crate::ws::{write_loop, Outbound};
 
 fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
+    // Absent params read as `{}`, so a method whose params are all optional takes none.
+    let value = if value.is_null() { Value::Object(serde_json::Map::new()) } else { value };
     serde_json::from_value(value)
         .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("invalid params: {e}")))
 }
@@ -45,7 +50,6 @@ fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
     })
 }
 
-/// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
 /// The data-scope gate: a call runs only for a turn whose verified user owns the session.
 ///
 /// The backend's service token opened the link; it does not grant any
@@ -62,7 +66,7 @@ fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(
             "tools/call needs the turn's user credential in _meta.credential".into(),
         );
     };
-    match hub.auth.verify(token, crate::auth::Link::Client) {
+    match hub.auth.verify(token, Link::Client) {
         Err(reason) => {
             refuse(ErrorKind::Unauthenticated, format!("the turn's user credential was refused: {reason}"))
         }
@@ -73,6 +77,71 @@ fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(
     }
 }
 
+/// Who is reading: a user sees their own sessions, an operator every one.
+#[derive(Debug)]
+enum Reader {
+    User(String),
+    Operator(String),
+}
+
+impl Reader {
+    /// Verifies a read's credential: a user's (`tether-client`) or an operator's
+    /// (`tether-operator`). Nothing else reads, whatever token opened the link.
+    fn verify(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Reader, WireError> {
+        let refuse = |kind: ErrorKind, message: String| {
+            EdgeCounters::bump(&hub.counters().reads_refused);
+            debug!(method = method_name, kind = kind.as_str(), "session read refused");
+            Err(WireError::new(kind, message))
+        };
+        let Some(token) = credential else {
+            return refuse(
+                ErrorKind::Forbidden,
+                format!("{method_name} needs the user's credential (or an operator's) in _meta.credential"),
+            );
+        };
+        match hub.auth.verify(token, Link::Client) {
+            Ok(claims) => Ok(Reader::User(claims.sub)),
+            Err(as_user) => match hub.auth.verify(token, Link::Operator) {
+                Ok(claims) => {
+                    EdgeCounters::bump(&hub.counters().operator_reads);
+                    info!(operator = %claims.sub, method = method_name, "operator credential used to read sessions");
+                    Ok(Reader::Operator(claims.sub))
+                }
+                Err(_) => refuse(
+                    ErrorKind::Unauthenticated,
+                    format!("the reader's credential was refused: {as_user}"),
+                ),
+            },
+        }
+    }
+
+    /// Whether this reader may see `session`.
+    fn sees(&self, session: &Session) -> bool {
+        match self {
+            Reader::User(sub) => *sub == session.principal,
+            Reader::Operator(_) => true,
+        }
+    }
+}
+
+/// The session a read names, if the reader may see it: another user's session
+/// is `forbidden` and reveals nothing but that.
+fn readable(hub: &Hub, method_name: &str, p: &SessionParams) -> Result<Arc<Session>, WireError> {
+    let reader = Reader::verify(hub, method_name, p.meta.credential.as_deref())?;
+    let s = session(hub, &p.session)?;
+    if reader.sees(&s) {
+        if let Reader::Operator(operator) = &reader {
+            info!(%operator, method = method_name, session = %s.id, "operator read a session");
+        }
+        return Ok(s);
+    }
+    EdgeCounters::bump(&hub.counters().reads_refused);
+    debug!(method = method_name, session = %s.id, "session read refused: another user's session");
+    Err(WireError::new(ErrorKind::Forbidden, "the credential's user does not own this session")
+        .with("session", s.id.as_str()))
+}
+
+/// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
     serde_json::value::to_raw_value(v)
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
@@ -82,9 +151,12 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
 pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box<RawValue>, WireError> {
     match method_name {
         method::SESSIONS_LIST => {
+            let p: ListParams = params(raw)?;
+            let reader = Reader::verify(hub, method_name, p.meta.credential.as_deref())?;
             let sessions = hub
                 .sessions()
                 .into_iter()
+                .filter(|s| reader.sees(s))
                 .map(|s| {
                     let manifest = s.manifest();
                     SessionInfo {
@@ -101,17 +173,17 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box
         }
         method::TURN_BEGIN => {
             let p: SessionParams = params(raw)?;
-            let s = session(hub, &p.session)?;
+            let s = readable(hub, method_name, &p)?;
             let seq = s.manifest().map_or(0, |m| m.seq);
             to_value(&TurnBegun { turn: uuid::Uuid::new_v4().to_string(), session: s.id.clone(), seq })
         }
         method::SESSIONS_INSPECT => {
             let p: SessionParams = params(raw)?;
-            to_value(&session(hub, &p.session)?.inspect())
+            to_value(&readable(hub, method_name, &p)?.inspect())
         }
         method::TOOLS_LIST => {
             let p: SessionParams = params(raw)?;
-            let s = session(hub, &p.session)?;
+            let s = readable(hub, method_name, &p)?;
             match s.manifest() {
                 Some(m) => to_value(&*m.view),
                 None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),

@@ -131,6 +131,10 @@ counters! {
     calls_refused_draining,
     /// Calls refused before reaching the device: no, bad, or another user's credential.
     calls_forbidden,
+    /// Session reads (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`) refused: no credential, a bad one, or another user's.
+    reads_refused,
+    /// Session reads made with an operator credential (each one is logged).
+    operator_reads,
     /// Configuration errors survived by degrading (a section or profile fell back).
     config_errors,
     /// Devices that matched no valid client profile and got the default caps.

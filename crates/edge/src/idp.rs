@@ -77,6 +77,8 @@ impl IdpConfig {
         match link {
             Link::Client => &self.client_audience,
             Link::Backend => &self.backend_audience,
+            // Never asked: the verifier keeps operator tokens to the edge's own keys.
+            Link::Operator => tether_contract::AUD_OPERATOR,
         }
     }
 }

@@ -195,9 +195,10 @@ async fn connect_devices(
     out
 }
 
-async fn wait_listed(link: &BackendLink, n: usize) {
+/// Waits until `user` (the devices' shared principal) sees `n` sessions listed.
+async fn wait_listed(link: &BackendLink, user: &str, n: usize) {
     for _ in 0..600 {
-        if link.sessions(Duration::from_secs(5)).await.map(|l| l.sessions.len() >= n).unwrap_or(false) {
+        if link.sessions(user, Duration::from_secs(5)).await.map(|l| l.sessions.len() >= n).unwrap_or(false) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -273,7 +274,7 @@ async fn throughput(
     let ids: Arc<Vec<String>> = Arc::new(devices.iter().map(|(_, id)| id.clone()).collect());
     let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
     if target == Target::Tether {
-        wait_listed(&link, ids.len()).await;
+        wait_listed(&link, &device_token, ids.len()).await;
     }
     let name = if target == Target::Tether { "client__op" } else { "op" };
     // The devices run as the device token's principal: it is also the turns' user credential.
@@ -374,7 +375,7 @@ async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, String> {
         connect_devices(&server.url, &device_token, cfg.idle_sessions, &spec, target != Target::Tether).await;
     if target == Target::Tether {
         let link = BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?;
-        wait_listed(&link, devices.len()).await;
+        wait_listed(&link, &device_token, devices.len()).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = server.rss_bytes();
@@ -405,7 +406,7 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
     let n = 100;
     let devices = connect_devices(&server.url, &device_token, n, &spec, false).await;
     let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
-    wait_listed(&link, devices.len()).await;
+    wait_listed(&link, &device_token, devices.len()).await;
     let mut calls = Vec::new();
     for (_, id) in &devices {
         let link = Arc::clone(&link);

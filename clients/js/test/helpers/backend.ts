@@ -2,7 +2,8 @@
  * The agent backend, played by a test: JSON-RPC over `ws` to `/v1/backend`
  * with a backend token, speaking the backend link of docs/PROTOCOL.md
  * (`sessions/list`, `tools/list`, `tools/call`) and collecting the edge's
- * notifications (`tools/list_changed`, `session/closed`).
+ * notifications (`tools/list_changed`, `session/closed`). Reads carry a reader
+ * credential (an operator's here): the service token alone reads no session.
  */
 
 import { WebSocket } from 'ws';
@@ -84,12 +85,14 @@ export interface Notification {
 
 export class Backend {
   readonly #ws: WebSocket;
+  readonly #reader: string;
   readonly #pending = new Map<number, { resolve: (v: Json) => void; reject: (e: Error) => void }>();
   readonly notifications: Notification[] = [];
   #nextId = 1;
 
-  private constructor(ws: WebSocket) {
+  private constructor(ws: WebSocket, reader: string) {
     this.#ws = ws;
+    this.#reader = reader;
     ws.on('message', (data) => this.#onMessage(String(data)));
     ws.on('close', () => {
       for (const p of this.#pending.values()) p.reject(new Error('backend link closed'));
@@ -97,7 +100,8 @@ export class Backend {
     });
   }
 
-  static async connect(edgeUrl: string, backendToken: string): Promise<Backend> {
+  /** `reader`: the credential reads present (a user's sees their sessions, an operator's every one). */
+  static async connect(edgeUrl: string, backendToken: string, reader: string): Promise<Backend> {
     const ws = new WebSocket(`${edgeUrl}/v1/backend`, { headers: { Authorization: `Bearer ${backendToken}` } });
     await withTimeout(
       new Promise<void>((resolve, reject) => {
@@ -107,7 +111,7 @@ export class Backend {
       5_000,
       'the backend link to open',
     );
-    return new Backend(ws);
+    return new Backend(ws, reader);
   }
 
   #onMessage(text: string): void {
@@ -135,7 +139,7 @@ export class Backend {
   }
 
   async sessions(): Promise<SessionInfo[]> {
-    const r = await this.request<{ sessions: SessionInfo[] }>('sessions/list', {});
+    const r = await this.request<{ sessions: SessionInfo[] }>('sessions/list', { _meta: { credential: this.#reader } });
     return r.sessions;
   }
 
@@ -145,7 +149,7 @@ export class Backend {
   }
 
   tools(session: string): Promise<Manifest> {
-    return this.request<Manifest>('tools/list', { session });
+    return this.request<Manifest>('tools/list', { session, _meta: { credential: this.#reader } });
   }
 
   /** `tools/call` on behalf of the session's user (`credential`: a tether-client token for the same principal). */

@@ -103,7 +103,7 @@ export class Edge {
   }
 
   /** Mints a token with this edge's secret. */
-  token(aud: 'tether-client' | 'tether-backend', options: { sub?: string; ttl?: string } = {}): string {
+  token(aud: 'tether-client' | 'tether-backend' | 'tether-operator', options: { sub?: string; ttl?: string } = {}): string {
     const args = ['token', '--sub', options.sub ?? 'mira', '--aud', aud, '--ttl', options.ttl ?? '1h', '--data-dir', this.dataDir];
     const out = spawnSync(TETHER_BIN, args, { env: childEnv(this.dataDir), encoding: 'utf8', timeout: 10_000 });
     if (out.status !== 0) throw new Error(`tether token failed (${String(out.status)}): ${out.stderr}`);

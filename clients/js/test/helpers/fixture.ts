@@ -23,7 +23,11 @@ export class Fixture {
   static async start(options: EdgeOptions = {}): Promise<Fixture> {
     const edge = await Edge.start(options);
     try {
-      const backend = await Backend.connect(edge.url, edge.token('tether-backend', { sub: 'agent-backend' }));
+      const backend = await Backend.connect(
+        edge.url,
+        edge.token('tether-backend', { sub: 'agent-backend' }),
+        edge.token('tether-operator', { sub: 'test-operator' }),
+      );
       return new Fixture(edge, backend);
     } catch (err) {
       await edge.dispose();

@@ -71,7 +71,7 @@ describe('reconnect', () => {
     assert.equal(states.at(-1), 'online');
     assert.ok(states.includes('connecting'));
 
-    const backend = await Backend.connect(fx.edge.url, fx.edge.token('tether-backend', { sub: 'agent' }));
+    const backend = await Backend.connect(fx.edge.url, fx.edge.token('tether-backend', { sub: 'agent' }), fx.userToken());
     try {
       await backend.waitForSession(back.sessionId);
       const m = await backend.tools(back.sessionId);
