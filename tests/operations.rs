@@ -28,7 +28,9 @@ use tether_harness::{Behavior, DeviceSpec};
 pub async fn http_get(url: &str, path: &str) -> (u16, String) {
     let addr = url.trim_start_matches("ws://");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -36,9 +38,39 @@ pub async fn http_get(url: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Sends raw bytes on a fresh connection and reads until the edge closes it.
+async fn exchange(url: &str, request: &[u8]) -> String {
+    let mut s = tokio::net::TcpStream::connect(url.trim_start_matches("ws://")).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Reads one metric sample (`name{labels} value`) from an exposition.
 pub fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+}
+
+/// The port speaks HTTP/1.1 through hyper: keep-alive, a bounded head, and a
+/// clear answer to a socket endpoint asked without an upgrade.
+#[tokio::test]
+async fn the_port_speaks_plain_http_with_a_bounded_head() {
+    let edge = LiveEdge::start().await;
+    let two = exchange(&edge.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(two.matches("HTTP/1.1 200 OK").count(), 2, "two requests on one connection: {two}");
+    assert!(two.ends_with("ready\n"), "{two}");
+
+    let huge = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "a".repeat(16 * 1024));
+    let refused = exchange(&edge.url, huge.as_bytes()).await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "a head over 8 KiB: {refused}");
+
+    let plain = exchange(&edge.url, b"GET /v1/client HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    assert!(plain.starts_with("HTTP/1.1 426"), "{plain}");
+    assert!(plain.contains("WebSocket upgrade"), "{plain}");
+    assert_eq!(edge.hub.counters().get("upgrade_refused"), 1);
+    // Each connection gives its address's slot back once it closes.
+    wait_until(|| edge.hub.unauthenticated_from("127.0.0.1".parse().unwrap()) == 0).await;
 }
 
 #[tokio::test]

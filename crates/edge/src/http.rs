@@ -1,182 +1,213 @@
-//! Plain HTTP on the WebSocket port: `/healthz`, `/readyz`, `/metrics`.
+//! HTTP on the edge's one port, on hyper and axum: the WebSocket upgrades
+//! (`/v1/client`, `/v1/backend`), the probes (`/healthz`, `/readyz`),
+//! `/metrics`, and the routes the binary mounts (the MCP endpoint).
 //!
-//! The edge reads the request head itself (under the handshake deadline, which
-//! also bounds slowloris peers). Probe paths get a tiny HTTP/1.1 answer; every
-//! other request is handed to the WebSocket upgrade through [`Rewind`], which
-//! replays the bytes already read.
+//! hyper reads and bounds the request head (size and time: the slowloris
+//! bound); [`crate::upgrade`] decides who may open a socket; the socket is
+//! then served by [`crate::session`] or [`crate::backend`].
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::debug;
 
-use crate::hub::Hub;
+use tether_contract::{BACKEND_PATH, CLIENT_PATH};
 
-/// Largest request head the edge reads before giving up on a peer.
+use crate::counters::EdgeCounters;
+use crate::hub::{Hub, IpSlot};
+use crate::upgrade::{self, Route};
+
+/// Largest request head the edge reads before answering 431.
 pub const MAX_HEAD: usize = 8 * 1024;
 
-/// A probe path served without an upgrade.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
-    /// Process alive.
-    Healthz,
-    /// Accepting work (false while draining).
-    Readyz,
-    /// Prometheus exposition.
-    Metrics,
+/// What every handler on the edge's port shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Door {
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) shutdown: CancellationToken,
+    /// Sockets opened through upgrades: shutdown waits for them.
+    pub(crate) sockets: TaskTracker,
 }
 
-/// Reads until the end of the request head (or `MAX_HEAD`, or EOF).
-pub async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(head);
-        }
-        head.extend_from_slice(&chunk[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.len() >= MAX_HEAD {
-            return Ok(head);
-        }
+/// One connection's claim on its address's not-yet-authenticated slots.
+///
+/// The connection holds it until it authenticates: a WebSocket upgrade, or a
+/// mounted route answering anything but 401/403. Then it frees, so a backend
+/// with many authenticated connections from one address is not counted as a
+/// flood of strangers.
+#[derive(Debug, Clone)]
+pub(crate) struct Unauthenticated(Arc<Mutex<Option<IpSlot>>>);
+
+impl Unauthenticated {
+    pub(crate) fn new(slot: IpSlot) -> Unauthenticated {
+        Unauthenticated(Arc::new(Mutex::new(Some(slot))))
+    }
+
+    /// This connection proved who it is: it no longer counts against its address.
+    pub(crate) fn authenticated(&self) {
+        crate::lock(&self.0).take();
     }
 }
 
-/// Which probe a request head asks for, if any.
-pub fn probe_of(head: &[u8]) -> Option<Probe> {
-    let line = head.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?;
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next()?, parts.next()?);
-    if method != "GET" {
-        return None;
-    }
-    match target.split('?').next()? {
-        "/healthz" => Some(Probe::Healthz),
-        "/readyz" => Some(Probe::Readyz),
-        "/metrics" => Some(Probe::Metrics),
-        _ => None,
-    }
+/// The router for the edge's port: its own routes plus `mounted`.
+pub(crate) fn router(door: Door, mounted: Router) -> Router {
+    let mounted = mounted.layer(axum::middleware::from_fn(authenticated_on_success));
+    Router::new()
+        .route("/healthz", get(|| async { text(StatusCode::OK, "ok\n") }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(CLIENT_PATH, any(websocket))
+        .route(BACKEND_PATH, any(websocket))
+        .fallback(not_found)
+        .with_state(door)
+        .merge(mounted)
 }
 
-/// Whether a request head asks for a WebSocket upgrade.
-pub fn is_upgrade(head: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
-    text.lines().any(|l| l.starts_with("upgrade:") && l.contains("websocket"))
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    let mut response = (status, body.into()).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
 }
 
-/// Answers a plain request that is neither a probe nor an upgrade.
-pub async fn not_found<S: AsyncWrite + Unpin>(stream: &mut S) -> std::io::Result<()> {
-    let body = "not found: WebSocket endpoints are /v1/client and /v1/backend; probes are /healthz, /readyz, /metrics\n";
-    let response = format!(
-        "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+async fn readyz(State(door): State<Door>) -> Response {
+    if door.hub.is_draining() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+    }
+    text(StatusCode::OK, "ready\n")
+}
+
+async fn metrics(State(door): State<Door>) -> Response {
+    let mut response = (StatusCode::OK, door.hub.metrics.render()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    response
 }
 
-/// Answers a probe and closes.
-pub async fn answer<S: AsyncWrite + Unpin>(stream: &mut S, probe: Probe, hub: &Hub) -> std::io::Result<()> {
-    let (status, content_type, body) = match probe {
-        Probe::Healthz => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
-        Probe::Readyz if hub.is_draining() => {
-            ("503 Service Unavailable", "text/plain; charset=utf-8", "draining\n".to_owned())
+async fn not_found(State(door): State<Door>) -> Response {
+    EdgeCounters::bump(&door.hub.counters().upgrade_refused);
+    text(
+        StatusCode::NOT_FOUND,
+        format!("not found: WebSocket endpoints are {CLIENT_PATH} and {BACKEND_PATH}; probes are /healthz, /readyz, /metrics\n"),
+    )
+}
+
+/// A mounted route that answers anything but 401/403 authenticated its connection.
+async fn authenticated_on_success(request: Request, next: axum::middleware::Next) -> Response {
+    let slot = request.extensions().get::<Unauthenticated>().cloned();
+    let response = next.run(request).await;
+    if !matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        if let Some(slot) = slot {
+            slot.authenticated();
         }
-        Probe::Readyz => ("200 OK", "text/plain; charset=utf-8", "ready\n".to_owned()),
-        Probe::Metrics => {
-            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", hub.metrics.render())
-        }
+    }
+    response
+}
+
+/// Whether `request` is a well-formed RFC 6455 upgrade; the client's key when it is.
+fn websocket_key(request: &Request) -> Option<HeaderValue> {
+    let headers = request.headers();
+    let has = |name: header::HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token)))
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    let version_13 = headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
+    let ok = request.method() == http::Method::GET
+        && has(header::CONNECTION, "upgrade")
+        && has(header::UPGRADE, "websocket")
+        && version_13;
+    ok.then(|| headers.get(header::SEC_WEBSOCKET_KEY).cloned()).flatten()
 }
 
-/// A stream that first replays bytes already read, then reads the inner stream.
-#[derive(Debug)]
-pub struct Rewind<S> {
-    prefix: Vec<u8>,
-    pos: usize,
-    inner: S,
-}
-
-impl<S> Rewind<S> {
-    /// Replays `prefix` before `inner`.
-    pub fn new(prefix: Vec<u8>, inner: S) -> Self {
-        Rewind { prefix, pos: 0, inner }
+/// `/v1/client` and `/v1/backend`: decide, answer 101, then serve the socket.
+async fn websocket(State(door): State<Door>, request: Request) -> Response {
+    let Some(key) = websocket_key(&request) else {
+        EdgeCounters::bump(&door.hub.counters().upgrade_refused);
+        let mut response =
+            text(StatusCode::UPGRADE_REQUIRED, "this endpoint takes a WebSocket upgrade (RFC 6455)\n");
+        response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        return response;
+    };
+    let (mut parts, _body) = request.into_parts();
+    let accepted = match upgrade::decide(&parts, &door.hub) {
+        Ok(accepted) => accepted,
+        Err((status, body)) => return text(status, body),
+    };
+    // Present on every hyper connection served `with_upgrades`.
+    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "this connection cannot be upgraded\n");
+    };
+    if let Some(slot) = parts.extensions.get::<Unauthenticated>() {
+        slot.authenticated();
     }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if self.pos < self.prefix.len() {
-            let n = (self.prefix.len() - self.pos).min(buf.remaining());
-            let start = self.pos;
-            buf.put_slice(&self.prefix[start..start + n]);
-            self.pos += n;
-            if self.pos == self.prefix.len() {
-                self.prefix = Vec::new();
-                self.pos = 0;
+    let door_for_socket = door.clone();
+    door.sockets.spawn(async move {
+        let upgraded = tokio::select! {
+            upgraded = on_upgrade => upgraded,
+            _ = door_for_socket.shutdown.cancelled() => return,
+        };
+        let upgraded = match upgraded {
+            Ok(upgraded) => upgraded,
+            Err(e) => {
+                debug!(error = %e, "upgrade failed after 101");
+                return;
             }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        };
+        let config = crate::ws::ws_config(&door_for_socket.hub.config.caps);
+        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+        serve(door_for_socket, ws, accepted.route).await;
+    });
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     }
+    headers.extend(accepted.headers);
+    response
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probes_are_recognised_by_exact_path() {
-        let cases: &[(&str, Option<Probe>)] = &[
-            ("GET /healthz HTTP/1.1\r\n\r\n", Some(Probe::Healthz)),
-            ("GET /readyz?verbose=1 HTTP/1.1\r\n\r\n", Some(Probe::Readyz)),
-            ("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", Some(Probe::Metrics)),
-            ("GET /v1/client HTTP/1.1\r\n\r\n", None),
-            ("POST /metrics HTTP/1.1\r\n\r\n", None),
-            ("GET /metricsx HTTP/1.1\r\n\r\n", None),
-            ("\u{0}\u{1}", None),
-            ("", None),
-        ];
-        for (head, want) in cases {
-            assert_eq!(probe_of(head.as_bytes()), *want, "{head:?}");
+async fn serve<S>(door: Door, ws: WebSocketStream<S>, route: Route)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sink, stream) = ws.split();
+    match route {
+        Route::Client(principal, expires_in, _slot, announced) => {
+            // `_slot` lives as long as the session: the principal's count drops when it ends.
+            crate::session::serve_client(
+                door.hub,
+                sink,
+                stream,
+                principal,
+                expires_in,
+                announced,
+                door.shutdown,
+            )
+            .await
         }
-    }
-
-    #[tokio::test]
-    async fn rewind_replays_then_reads_on() {
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(b" world").await.unwrap();
-        drop(a);
-        let mut r = Rewind::new(b"hello".to_vec(), b);
-        let mut out = String::new();
-        r.read_to_string(&mut out).await.unwrap();
-        assert_eq!(out, "hello world");
+        Route::Backend(principal) => {
+            crate::backend::serve_backend(door.hub, sink, stream, principal, door.shutdown).await
+        }
     }
 }

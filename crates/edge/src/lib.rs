@@ -3,11 +3,12 @@
 //! Devices dial `/v1/client` and declare tools; agent backends dial
 //! `/v1/backend` and call them. Code map:
 //!
-//! - [`server`] — accept loop, upgrade, auth, routing, shutdown.
+//! - [`server`] — accept loop, mounted routes, in-process backend links, shutdown.
+//! - [`http`] — the router on the one port: upgrades, probes, `/metrics`, mounted routes.
+//! - [`upgrade`] — who may open a socket: path, origin, subprotocol, credential, limits.
 //! - [`session`] — one device session: pending calls, the closed latch, catalog reads.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
 //! - [`hub`] — the in-process router: connected sessions and backend events.
-//! - [`http`] — `/healthz`, `/readyz` and `/metrics` on the same port.
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
 //! - [`caps`] — the caps applied to a declared catalog (pure).
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
@@ -35,6 +36,7 @@ pub mod revision;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod upgrade;
 pub mod ws;
 
 pub use config::EdgeConfig;

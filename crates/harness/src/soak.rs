@@ -299,15 +299,8 @@ struct EdgeSample {
 }
 
 async fn scrape(edge: &str) -> Option<EdgeSample> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = edge.trim_start_matches("ws://").trim_end_matches('/');
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
-    let mut text = String::new();
-    tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut text)).await.ok()?.ok()?;
+    let text = tokio::time::timeout(Duration::from_secs(2), http_get(addr, "/metrics")).await.ok()??;
     let get = |series: &str| -> u64 {
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
@@ -319,6 +312,23 @@ async fn scrape(edge: &str) -> Option<EdgeSample> {
         in_flight: get("tether_calls_in_flight "),
         sessions: get("tether_sessions "),
     })
+}
+
+/// One plain GET over hyper's client (the edge keeps connections alive, so
+/// reading to EOF would wait for its idle timeout).
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    let request = http::Request::get(path)
+        .header(http::header::HOST, addr)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    String::from_utf8(body.to_vec()).ok()
 }
 
 fn over_cap_tools() -> Vec<ToolDeclaration> {
