@@ -466,6 +466,33 @@ async fn only_the_sessions_user_or_an_operator_can_read_it() {
     );
 }
 
+/// A caller that stops waiting cancels the call on the device: dropping core's
+/// call future tells the edge (`notifications/cancelled`), which forgets the
+/// call and tells the device. Nothing is left pending anywhere.
+#[tokio::test]
+async fn dropping_a_call_cancels_it_on_the_device() {
+    let edge = LiveEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("wait"), tool("ping")]).with("wait", Behavior::Silent);
+    let (dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
+    {
+        let call = turn.call("client__wait", json!({}));
+        tokio::pin!(call);
+        tokio::select! {
+            outcome = &mut call => panic!("a silent device answered: {outcome:?}"),
+            () = wait_until(|| dev.observed.calls().len() == 1) => {}
+        }
+    }
+    wait_until(|| dev.observed.cancels().len() == 1).await;
+    assert_eq!(dev.observed.cancels()[0]["reason"], json!("the caller cancelled this call"));
+    assert_eq!(link.counters().get("requests_cancelled"), 1);
+    assert_eq!(edge.hub.counters().get("backend_cancels"), 1);
+    assert_eq!(edge.hub.counters().get("calls_cancelled"), 1);
+    assert_eq!(edge.hub.session(&session).unwrap().pending_calls(), 0);
+    turn.call("client__ping", json!({})).await.unwrap();
+}
+
 #[tokio::test]
 async fn the_origin_allowlist_matches_exactly() {
     let mut config = common::test_config();

@@ -23,6 +23,8 @@ pub mod method {
     pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
     /// Edge → backend: a session latched closed.
     pub const SESSION_CLOSED: &str = "notifications/session/closed";
+    /// Edge → backend: a session is listed and callable (its first manifest applied).
+    pub const SESSION_OPENED: &str = "notifications/session/opened";
     /// Operator view of one session: names, drops, recent calls.
     pub const SESSIONS_INSPECT: &str = "sessions/inspect";
 }
@@ -218,6 +220,16 @@ pub struct ListChanged {
     /// Session id.
     pub session: String,
     /// The newly applied seq.
+    pub seq: u64,
+}
+
+/// Params of `notifications/session/opened`: a user's device came online, so
+/// whatever aggregates that user's tools has more to offer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionOpened {
+    /// Session id.
+    pub session: String,
+    /// The first applied seq.
     pub seq: u64,
 }
 

@@ -58,6 +58,8 @@ counters! {
     response_ids_coerced,
     /// Requests refused as `overloaded` because the link's outbound queue was full.
     requests_refused,
+    /// Requests dropped by their caller before an outcome (a cancelled call); the edge was told to cancel.
+    requests_cancelled,
     /// Edge notifications dropped because the application did not read them.
     notifications_dropped,
     /// Frames from the edge that were not valid JSON-RPC.

@@ -23,8 +23,8 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, warn};
 
 use tether_contract::backend::{
-    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionInspect, SessionsList,
-    TurnBegun,
+    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionInspect, SessionOpened,
+    SessionsList, TurnBegun,
 };
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
@@ -43,6 +43,8 @@ pub enum Notification {
     ListChanged(ListChanged),
     /// A session latched closed.
     SessionClosed(SessionClosed),
+    /// A session came online (listed and callable).
+    SessionOpened(SessionOpened),
     /// A notification this version does not know.
     Other {
         /// Method name.
@@ -223,6 +225,12 @@ impl BackendLink {
     }
 
     /// Sends one request and waits at most `budget`; expiry is a `timeout` on `leg`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before its outcome leaves nothing behind: the
+    /// pending entry goes, and the edge is told (`notifications/cancelled`)
+    /// so it stops the call on the device.
     pub async fn request(
         &self,
         method: &str,
@@ -250,6 +258,7 @@ impl BackendLink {
             );
             return Err(WireError::new(ErrorKind::Overloaded, "backend link outbound queue is full"));
         }
+        let _cancel_if_dropped = InFlight { inner: &self.inner, id };
         match tokio::time::timeout(budget, &mut rx).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(WireError::channel_closed("backend link dropped")),
@@ -331,6 +340,31 @@ impl Drop for BackendLink {
     }
 }
 
+/// A request on the wire; dropped before its outcome, it cancels itself.
+struct InFlight<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if lock(&self.inner.state).pending.remove(&self.id).is_none() {
+            return; // answered, timed out or latched: nothing is waiting
+        }
+        CoreCounters::bump(&self.inner.counters.requests_cancelled);
+        let params = json!({"requestId": self.id, "reason": "the caller stopped waiting"});
+        let note = Message::text(jsonrpc::notification(tether_contract::mcp::method::CANCELLED, &params));
+        if self.inner.outbound.try_send(note).is_err() {
+            warn!(
+                id = self.id,
+                "request dropped mid-flight; the edge could not be told (queue full or closed)"
+            );
+        } else {
+            debug!(id = self.id, "request dropped mid-flight; edge told to cancel");
+        }
+    }
+}
+
 /// Params of a read naming one session: the edge shows it only to its user or an operator.
 fn read_params(session: &str, credential: &str) -> Value {
     json!({ "session": session, "_meta": { "credential": credential } })
@@ -341,6 +375,9 @@ fn decode_notification(method: String, params: Value) -> Notification {
         method::LIST_CHANGED => serde_json::from_value(params.clone()).ok().map(Notification::ListChanged),
         method::SESSION_CLOSED => {
             serde_json::from_value(params.clone()).ok().map(Notification::SessionClosed)
+        }
+        method::SESSION_OPENED => {
+            serde_json::from_value(params.clone()).ok().map(Notification::SessionOpened)
         }
         _ => None,
     };

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 use tether_contract::backend::{
-    CallParams, CallResponse, ListChanged, ListParams, Manifest, SessionClosed, SessionParams, SessionsList,
-    TurnBegun,
+    CallParams, CallResponse, ListChanged, ListParams, Manifest, SessionClosed, SessionOpened, SessionParams,
+    SessionsList, TurnBegun,
 };
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, names};
@@ -48,6 +48,10 @@ fn backend_frames_decode_into_the_contract_types() {
         serde_json::from_value(fixture("frames/backend/tools_call.response.json")["result"].clone()).unwrap();
     assert_eq!(resp.result.seq(), Some(5));
     assert_eq!(resp.manifest.map(|m| m.seq), Some(5));
+    let opened: SessionOpened =
+        serde_json::from_value(fixture("frames/backend/session_opened.notification.json")["params"].clone())
+            .unwrap();
+    assert_eq!(opened.seq, 1);
     let _: ListChanged =
         serde_json::from_value(fixture("frames/backend/list_changed.notification.json")["params"].clone())
             .unwrap();

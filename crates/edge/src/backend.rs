@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use dashmap::DashMap;
 use futures::{Sink, Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -22,6 +23,7 @@ use tether_contract::backend::{
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
+use tether_contract::mcp;
 
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
@@ -241,6 +243,8 @@ pub async fn serve_backend<S, W>(
     let writer =
         tokio::spawn(write_loop(sink, rx, closed.clone(), || (CloseCode::Normal, "backend link closed")));
     let tracker = TaskTracker::new();
+    // Requests in flight by id (as JSON text), so `notifications/cancelled` can stop one.
+    let cancels: Arc<DashMap<String, CancellationToken>> = Arc::new(DashMap::new());
     let mut events = hub.subscribe();
     let mut close = (CloseCode::Normal, "backend link closed");
     loop {
@@ -255,14 +259,36 @@ pub async fn serve_backend<S, W>(
                     Ok(Frame::Request { id, method, params }) => {
                         let hub = Arc::clone(&hub);
                         let tx = tx.clone();
+                        let key = id.to_string();
+                        let cancelled = CancellationToken::new();
+                        cancels.insert(key.clone(), cancelled.clone());
+                        let cancels = Arc::clone(&cancels);
                         tracker.spawn(async move {
-                            let frame = match handle(&hub, &method, params).await {
+                            let outcome = tokio::select! {
+                                outcome = handle(&hub, &method, params) => Some(outcome),
+                                // Dropping `handle` mid-call tells the device to cancel.
+                                _ = cancelled.cancelled() => None,
+                            };
+                            cancels.remove(&key);
+                            let Some(outcome) = outcome else {
+                                EdgeCounters::bump(&hub.counters().backend_cancels);
+                                debug!(method = %method, id = %key, "backend cancelled its request; no response sent");
+                                return;
+                            };
+                            let frame = match outcome {
                                 Ok(result) => jsonrpc::response(&id, &result),
                                 Err(err) => jsonrpc::error_response(&id, &err),
                             };
                             // Awaiting send: an outcome is never dropped, only delayed by a slow reader.
                             let _ = tx.send(Outbound::Text(frame)).await;
                         });
+                    }
+                    Ok(Frame::Notification { method, params }) if method == mcp::method::CANCELLED => {
+                        let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
+                        match cancels.get(&key) {
+                            Some(token) => token.cancel(),
+                            None => debug!(%principal, id = %key, "cancellation for a request not in flight ignored"),
+                        }
                     }
                     Ok(_) => debug!(%principal, "backend notification or response ignored"),
                     Err(e) => {

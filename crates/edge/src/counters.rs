@@ -131,6 +131,10 @@ counters! {
     calls_refused_draining,
     /// Calls refused before reaching the device: no, bad, or another user's credential.
     calls_forbidden,
+    /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.
+    backend_cancels,
+    /// Calls the backend cancelled mid-flight (`notifications/cancelled`, or a dropped request); the device was told to cancel.
+    calls_cancelled,
     /// Session reads (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`) refused: no credential, a bad one, or another user's.
     reads_refused,
     /// Session reads made with an operator credential (each one is logged).

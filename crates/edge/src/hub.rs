@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use serde_json::Value;
-use tether_contract::backend::{method, ListChanged, SessionClosed};
+use tether_contract::backend::{method, ListChanged, SessionClosed, SessionOpened};
 use tether_contract::jsonrpc;
 use tokio::sync::{broadcast, Notify};
 
@@ -35,6 +35,8 @@ pub enum BackendEvent {
     ListChanged(ListChanged),
     /// A session latched closed.
     SessionClosed(SessionClosed),
+    /// A session is listed and callable.
+    SessionOpened(SessionOpened),
 }
 
 impl BackendEvent {
@@ -43,6 +45,7 @@ impl BackendEvent {
         let (m, params) = match self {
             BackendEvent::ListChanged(p) => (method::LIST_CHANGED, serde_json::to_value(p)),
             BackendEvent::SessionClosed(p) => (method::SESSION_CLOSED, serde_json::to_value(p)),
+            BackendEvent::SessionOpened(p) => (method::SESSION_OPENED, serde_json::to_value(p)),
         };
         jsonrpc::notification(m, &params.unwrap_or(Value::Null))
     }

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::backend::{
     CallParams, CallResponse, DropReason, DroppedTool, ListChanged, NamePair, RecentCall, SessionClosed,
-    SessionInspect,
+    SessionInspect, SessionOpened,
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
@@ -57,6 +57,20 @@ struct DeviceCall<'a> {
     arguments: &'a Value,
     #[serde(rename = "_meta")]
     meta: &'a Map<String, Value>,
+}
+
+/// Cancels a device request whose future was dropped before its outcome.
+struct Abandon<'a> {
+    session: &'a Session,
+    id: u64,
+    tool: &'a str,
+    deadline: Instant,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        self.session.abandon(self.id, self.tool, self.deadline);
+    }
 }
 
 /// Why a request to the device produced no result.
@@ -228,6 +242,24 @@ impl Session {
         lock(&self.link).pending.len()
     }
 
+    /// Forgets a request nobody waits for any more and tells the device to
+    /// cancel it; its answer, if one still comes, is counted as late.
+    fn abandon(&self, id: u64, tool: &str, deadline: Instant) {
+        let mut link = lock(&self.link);
+        if link.pending.remove(&id).is_none() {
+            return; // answered, timed out or latched: nothing is waiting
+        }
+        link.remember_late(id, Late { tool: tool.to_owned(), deadline });
+        drop(link);
+        EdgeCounters::bump(&self.counters().calls_cancelled);
+        EdgeCounters::bump(&self.counters().cancels_sent);
+        info!(session = %self.id, call_id = id, tool, "call cancelled by its caller; device told to cancel");
+        self.send_notification(
+            method::CANCELLED,
+            &json!({"requestId": id, "reason": "the caller cancelled this call"}),
+        );
+    }
+
     fn send_notification(&self, method: &str, params: &Value) {
         let frame = jsonrpc::notification(method, params);
         if self.outbound.try_send(Outbound::Text(frame)).is_err() {
@@ -269,6 +301,8 @@ impl Session {
             });
         }
         let deadline = Instant::now() + leg;
+        // Dropped mid-flight (the backend cancelled): the device is told to stop.
+        let _abandon = Abandon { session: self, id, tool, deadline };
         let answer = match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Answer::Closed("session ended".into()),
@@ -912,6 +946,11 @@ pub async fn serve_client<S, W>(
                         // A latch can race the insert; make sure a closed session never stays listed.
                         if s.is_closed() {
                             s.hub.remove(&s.id);
+                        } else {
+                            s.hub.publish(BackendEvent::SessionOpened(SessionOpened {
+                                session: s.id.clone(),
+                                seq,
+                            }));
                         }
                     }
                     // Listed first, then told: the device's "ready" means callable.
