@@ -3,7 +3,9 @@
 //! `tether serve` runs the edge; `tether token` mints credentials with the
 //! edge's secret; `tether sim-device` connects a simulated device;
 //! `tether call` and `tether sessions` drive the backend link from a shell;
-//! `tether bridge` presents a stdio MCP server to the edge as a device.
+//! `tether bridge` presents a stdio MCP server to the edge as a device;
+//! `tether gateway` serves the MCP endpoint apart from a private edge (the
+//! edge itself serves it at `/mcp` too).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,6 +22,7 @@ use tether_edge::auth::Keys;
 use tether_edge::config::default_data_dir;
 use tether_edge::settings::{self, Flags, LogFormat, Resolved};
 use tether_edge::Edge;
+use tether_gateway::{Gateway, GatewayConfig};
 use tether_harness::{DeviceSpec, SimDevice};
 
 #[derive(Parser)]
@@ -196,6 +199,46 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Serve the MCP endpoint (`/mcp`) for agent backends, apart from the edges
+    /// (which stay private); `tether serve` serves it on its own port already.
+    Gateway {
+        /// The edge's address.
+        #[arg(long, default_value = "ws://127.0.0.1:7878")]
+        edge: String,
+        /// Where MCP clients connect.
+        #[arg(long, default_value = "127.0.0.1:7879")]
+        listen: std::net::SocketAddr,
+        /// A tether-backend token for the edge; without it one is minted with the local secret.
+        #[arg(long, env = "TETHER_BACKEND_TOKEN")]
+        token: Option<String>,
+        /// The URL MCP clients reach this gateway at (for its resource metadata).
+        #[arg(long)]
+        public_url: Option<String>,
+        /// Data directory holding the secret.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+/// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
+async fn mount_mcp(edge: Edge, issuer: Option<String>) -> Edge {
+    let pipe = edge.attach_backend("tether-mcp");
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        pipe,
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+        None,
+    )
+    .await;
+    let gateway =
+        Gateway::new(BackendLink::from_stream(ws), GatewayConfig { issuer, ..GatewayConfig::default() });
+    let routes = gateway.router();
+    let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stop_streams.cancel();
+    });
+    edge.hub().metrics.also_render(move || gateway.metrics().render());
+    edge.mount(routes)
 }
 
 #[derive(Subcommand)]
@@ -315,16 +358,56 @@ async fn run(cli: Cli) -> Result<(), String> {
                 tracing::warn!(error = %e, "could not raise the open-file limit");
             }
             let degraded = resolved.issues.len() as u64;
+            let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
             let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
+            let edge = mount_mcp(edge, issuer).await;
             edge.hub().counters().config_errors.inc_by(degraded);
             let addr = edge.local_addr().map_err(|e| e.to_string())?;
             install_signals(edge.drain_token(), edge.shutdown_token())?;
             // A closed stdout must not stop the edge; the line is for whoever is reading.
-            let _ = writeln!(std::io::stdout(), "listening on ws://{addr}")
-                .and_then(|()| std::io::stdout().flush());
+            let _ =
+                writeln!(std::io::stdout(), "listening on ws://{addr}\nMCP endpoint on http://{addr}/mcp")
+                    .and_then(|()| std::io::stdout().flush());
 
             edge.run().await;
             Ok(())
+        }
+        Command::Gateway { edge, listen, token, public_url, data_dir } => {
+            let token = match token {
+                Some(token) => token,
+                None => keys(data_dir)?
+                    .issue("tether-gateway", AUD_BACKEND, Duration::from_secs(30 * 24 * 3600))
+                    .map_err(|e| e.to_string())?,
+            };
+            let link = BackendLink::connect(&edge, &token)
+                .await
+                .map_err(|e| format!("connect {edge}: {}", e.message))?;
+            let gateway = Gateway::new(link, GatewayConfig { public_url, ..GatewayConfig::default() });
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let metrics = gateway.clone();
+            let router = gateway.router().route("/healthz", axum::routing::get(|| async { "ok\n" })).route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let text = format!("{}\n# EOF\n", metrics.metrics().render());
+                    async move { text }
+                }),
+            );
+            let shutdown = CancellationToken::new();
+            install_signals(shutdown.clone(), shutdown.clone())?;
+            let edge_gone = gateway.edge_gone();
+            let _ = writeln!(std::io::stdout(), "MCP endpoint on http://{addr}/mcp (edge {edge})")
+                .and_then(|()| std::io::stdout().flush());
+            let serving = tether_gateway::serve(listener, router, Duration::from_secs(10), shutdown.clone());
+            tokio::select! {
+                () = serving => Ok(()),
+                () = edge_gone.cancelled() => {
+                    shutdown.cancel();
+                    Err(format!("the link to {edge} closed; restart the gateway (or let its supervisor)"))
+                }
+            }
         }
         Command::Config { action: ConfigAction::Check { file } } => {
             let mut resolved = read_config(Some(&file), &Flags::default())?;

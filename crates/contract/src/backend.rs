@@ -53,6 +53,20 @@ pub struct SessionInfo {
 pub struct SessionsList {
     /// Connected sessions, sorted by id.
     pub sessions: Vec<SessionInfo>,
+    /// Who the edge verified the credential as; absent from an older edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader: Option<ReaderInfo>,
+}
+
+/// The verified reader of a `sessions/list`: what an endpoint serving users
+/// (the MCP endpoint) needs to know about a bearer token it did not verify itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaderInfo {
+    /// The credential's `sub`.
+    pub principal: String,
+    /// True for an operator credential (reads every session, calls none).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub operator: bool,
 }
 
 /// `_meta` of a read (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`).

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use tether_contract::backend::{
-    method, CallParams, ListParams, SessionInfo, SessionParams, SessionsList, TurnBegun,
+    method, CallParams, ListParams, ReaderInfo, SessionInfo, SessionParams, SessionsList, TurnBegun,
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
@@ -171,7 +171,11 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box
                     }
                 })
                 .collect();
-            to_value(&SessionsList { sessions })
+            let reader = match reader {
+                Reader::User(principal) => ReaderInfo { principal, operator: false },
+                Reader::Operator(principal) => ReaderInfo { principal, operator: true },
+            };
+            to_value(&SessionsList { sessions, reader: Some(reader) })
         }
         method::TURN_BEGIN => {
             let p: SessionParams = params(raw)?;

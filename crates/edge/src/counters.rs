@@ -149,7 +149,6 @@ counters! {
 pub type Label = [(&'static str, &'static str); 1];
 
 /// Everything `/metrics` exports for one edge.
-#[derive(Debug)]
 pub struct EdgeMetrics {
     /// Flat fallback and drop counters.
     pub counters: EdgeCounters,
@@ -172,6 +171,14 @@ pub struct EdgeMetrics {
     /// Resident memory of the edge process, refreshed at each scrape.
     pub resident_bytes: Gauge,
     registry: Registry,
+    /// More exposition from what the binary mounts (the MCP endpoint's counters).
+    mounted: std::sync::OnceLock<Box<dyn Fn() -> String + Send + Sync>>,
+}
+
+impl std::fmt::Debug for EdgeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeMetrics").field("counters", &self.counters).finish_non_exhaustive()
+    }
 }
 
 fn leg_histogram() -> Histogram {
@@ -196,6 +203,7 @@ impl Default for EdgeMetrics {
             calls_in_flight: Gauge::default(),
             resident_bytes: Gauge::default(),
             registry,
+            mounted: std::sync::OnceLock::new(),
         };
         let mut registry = m.registry;
         registry.register(
@@ -232,7 +240,17 @@ impl EdgeMetrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
+        if let Some(mounted) = self.mounted.get() {
+            // One exposition: the mounted families go before the closing `# EOF`.
+            let body = out.trim_end().trim_end_matches("# EOF").to_owned();
+            out = format!("{body}{}\n# EOF\n", mounted().trim_end());
+        }
         out
+    }
+
+    /// Appends `render`'s families to every scrape (once; later calls are ignored).
+    pub fn also_render(&self, render: impl Fn() -> String + Send + Sync + 'static) {
+        let _ = self.mounted.set(Box::new(render));
     }
 
     /// Counts one refused frame of `kind`.

@@ -1,0 +1,162 @@
+//! Who is calling, and which devices the call may reach.
+//!
+//! The gateway holds no keys. Every request's bearer token goes to the edge
+//! as a `sessions/list` read: the edge verifies it exactly as it verifies a
+//! device's (its own secret, or the identity provider's JWKS) and answers with
+//! the sessions that user owns. A missing or refused token is 401 with
+//! `WWW-Authenticate` naming the protected-resource metadata (RFC 9728), as
+//! MCP's authorization spec asks; an operator credential is 403 (it reads
+//! sessions for operations and calls no tools).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use tracing::{info, warn};
+
+use tether_contract::backend::SessionInfo;
+use tether_contract::ErrorKind;
+
+use crate::metrics::GatewayMetrics;
+use crate::Shared;
+
+/// Where the MCP endpoint lives on its port.
+pub const MCP_PATH: &str = "/mcp";
+/// The protected-resource metadata document for [`MCP_PATH`] (RFC 9728 §3.1).
+pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+/// The same document at the root well-known location, for clients that look there first.
+pub const METADATA_ROOT_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// A verified caller and the devices this request may reach.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The bearer token, forwarded as the turn's user credential.
+    pub token: String,
+    /// The verified principal.
+    pub principal: String,
+    /// The user's sessions this request reaches (one, on `/mcp/sessions/{id}`).
+    pub sessions: Vec<SessionInfo>,
+    /// The session id when the path pins one device.
+    pub pinned: Option<String>,
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
+/// The URL clients reach this server at: configured, or from the `Host` header.
+fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
+    if let Some(url) = &shared.config.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    format!("http://{host}")
+}
+
+fn challenge(
+    shared: &Shared,
+    headers: &HeaderMap,
+    error: Option<&str>,
+    status: StatusCode,
+    body: &str,
+) -> Response {
+    let metadata = format!("{}{METADATA_PATH}", base_url(shared, headers));
+    let mut value = format!("Bearer resource_metadata=\"{metadata}\"");
+    if let Some(error) = error {
+        value.push_str(&format!(", error=\"{error}\""));
+    }
+    let mut response = (status, format!("{body}\n")).into_response();
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    response
+}
+
+/// The session a path pins (`/mcp/sessions/{id}`), if any.
+fn pinned(path: &str) -> Option<String> {
+    path.strip_prefix(MCP_PATH)?.strip_prefix("/sessions/").map(|id| id.trim_end_matches('/').to_owned())
+}
+
+/// Verifies the bearer token with the edge and attaches the caller's [`Scope`].
+pub(crate) async fn authenticate(
+    State(shared): State<Arc<Shared>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers().clone();
+    let Some(token) = bearer(&headers) else {
+        GatewayMetrics::bump(&shared.metrics.unauthenticated);
+        return challenge(&shared, &headers, None, StatusCode::UNAUTHORIZED, "a bearer token is required");
+    };
+    let listed = shared.link.sessions(&token, shared.config.budgets.turn_start).await;
+    let list = match listed {
+        Ok(list) => list,
+        Err(e) if matches!(e.kind, ErrorKind::Unauthenticated | ErrorKind::Forbidden) => {
+            GatewayMetrics::bump(&shared.metrics.unauthenticated);
+            info!(reason = %e.message, "MCP request refused: the edge did not accept its token");
+            return challenge(
+                &shared,
+                &headers,
+                Some("invalid_token"),
+                StatusCode::UNAUTHORIZED,
+                "the bearer token was refused",
+            );
+        }
+        Err(e) => {
+            GatewayMetrics::bump(&shared.metrics.edge_unavailable);
+            warn!(error = %e, "MCP request answered 503: the edge could not be asked who the caller is");
+            let mut response =
+                (StatusCode::SERVICE_UNAVAILABLE, "the tool broker is unavailable; retry shortly\n")
+                    .into_response();
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return response;
+        }
+    };
+    let Some(reader) = list.reader else {
+        GatewayMetrics::bump(&shared.metrics.edge_unavailable);
+        warn!("MCP request answered 503: the edge did not say who the caller is (an older edge)");
+        return (StatusCode::SERVICE_UNAVAILABLE, "the edge is too old for the MCP endpoint\n")
+            .into_response();
+    };
+    if reader.operator {
+        GatewayMetrics::bump(&shared.metrics.forbidden);
+        info!(operator = %reader.principal, "MCP request refused: operator credentials call no tools");
+        return challenge(
+            &shared,
+            &headers,
+            Some("insufficient_scope"),
+            StatusCode::FORBIDDEN,
+            "an operator credential reads sessions; it calls no tools",
+        );
+    }
+    let pinned = pinned(request.uri().path());
+    let mut sessions = list.sessions;
+    if let Some(id) = &pinned {
+        sessions.retain(|s| &s.session == id);
+        if sessions.is_empty() {
+            return (StatusCode::NOT_FOUND, format!("no connected session {id} of yours\n")).into_response();
+        }
+    }
+    request.extensions_mut().insert(Scope { token, principal: reader.principal, sessions, pinned });
+    next.run(request).await
+}
+
+/// The protected-resource metadata document (RFC 9728) for the MCP endpoint.
+pub(crate) async fn metadata(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let base = base_url(&shared, &headers);
+    let mut document = json!({
+        "resource": format!("{base}{MCP_PATH}"),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "tether: tools that run on the user's devices",
+    });
+    if let Some(issuer) = &shared.config.issuer {
+        document["authorization_servers"] = json!([issuer]);
+    }
+    Json(document).into_response()
+}

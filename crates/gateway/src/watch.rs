@@ -1,0 +1,91 @@
+//! Mid-turn changes reach the MCP client: a device's manifest swap, a device
+//! that comes online or goes away becomes `notifications/tools/list_changed`.
+//!
+//! One pump reads the edge link's notifications and fans them out; each MCP
+//! session (or 2026-07-28 subscription) runs a watcher that keeps the set of
+//! its user's sessions and notifies its client when one of them moves. The
+//! seq semantics stay the edge's: a watcher only says "re-list", and the
+//! re-list reads the applied manifest.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use tether_core::Notification;
+
+use crate::auth::Scope;
+use crate::metrics::GatewayMetrics;
+use crate::Shared;
+
+/// Fans the link's notifications out to every watcher until the link closes.
+pub(crate) async fn pump(
+    mut from_edge: tokio::sync::mpsc::Receiver<Notification>,
+    to: broadcast::Sender<Notification>,
+    edge_gone: CancellationToken,
+) {
+    while let Some(note) = from_edge.recv().await {
+        // No watcher listening is fine: nobody needs telling.
+        let _ = to.send(note);
+    }
+    warn!("the link to the edge closed; the MCP endpoint cannot reach any device");
+    edge_gone.cancel();
+}
+
+/// Whether `note` changes what `scope` lists; keeps `mine` current.
+async fn moves(shared: &Shared, scope: &Scope, mine: &mut HashSet<String>, note: &Notification) -> bool {
+    match note {
+        Notification::ListChanged(c) => mine.contains(&c.session),
+        Notification::SessionClosed(c) => mine.remove(&c.session),
+        // A new device of this user joins the aggregate (never a pinned view).
+        Notification::SessionOpened(o) if scope.pinned.is_none() => {
+            match shared.link.sessions(&scope.token, shared.config.budgets.turn_start).await {
+                Ok(list) if list.sessions.iter().any(|s| s.session == o.session) => {
+                    mine.insert(o.session.clone())
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    debug!(error = %e, "watcher could not re-read its user's sessions; it stops");
+                    false
+                }
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Notifies through `notify` whenever the scope's tools move, until `stop`
+/// fires or a notification cannot be delivered (the client went away).
+pub(crate) async fn watch<F, Fut>(shared: Arc<Shared>, scope: Scope, stop: CancellationToken, notify: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut events = shared.events.subscribe();
+    let mut mine: HashSet<String> = scope.sessions.iter().map(|s| s.session.clone()).collect();
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = stop.cancelled() => return,
+        };
+        let changed = match event {
+            Ok(note) => moves(&shared, &scope, &mut mine, &note).await,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                GatewayMetrics::bump(&shared.metrics.events_lagged);
+                warn!(missed, principal = %scope.principal, "MCP watcher fell behind the edge's events; telling its client to re-list");
+                true
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if changed {
+            if !notify().await {
+                debug!(principal = %scope.principal, "MCP client gone; its watcher stops");
+                return;
+            }
+            GatewayMetrics::bump(&shared.metrics.list_changed_sent);
+        }
+    }
+}
