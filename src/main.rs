@@ -450,7 +450,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
                     DeviceSpec::from_fixture(&value).map_err(|e| e.to_string())?
                 }
-                None => DeviceSpec::fieldkit(),
+                None => DeviceSpec::fieldkit_app(),
             };
             let token = keys(data_dir)?
                 .issue(&sub, tether_contract::AUD_CLIENT, Duration::from_secs(86_400))

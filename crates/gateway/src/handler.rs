@@ -178,17 +178,19 @@ impl McpServer {
         let label = outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned());
         shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
         match outcome {
-            Ok(result) => match serde_json::to_value(&result).and_then(serde_json::from_value::<CallToolResult>) {
-                Ok(mut result) => {
-                    // The device's result, complete (2026-07-28 says so explicitly).
-                    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
-                    result
+            Ok(result) => {
+                match serde_json::to_value(&result).and_then(serde_json::from_value::<CallToolResult>) {
+                    Ok(mut result) => {
+                        // The device's result, complete (2026-07-28 says so explicitly).
+                        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                        result
+                    }
+                    Err(e) => is_error(&WireError::new(
+                        ErrorKind::Internal,
+                        format!("result could not be relayed: {e}"),
+                    )),
                 }
-                Err(e) => is_error(&WireError::new(
-                    ErrorKind::Internal,
-                    format!("result could not be relayed: {e}"),
-                )),
-            },
+            }
             Err(mut err) => {
                 if several {
                     relabel_available(&mut err, &device);

@@ -128,6 +128,30 @@ impl DeviceSpec {
         DeviceSpec::from_fixture(&fixture).unwrap_or_else(|_| DeviceSpec::minimal(Vec::new()))
     }
 
+    /// The field-service device as `tether sim-device` runs it: opening a work
+    /// order navigates the app to that order's screen, which adds
+    /// `addWorkNote` (a manifest swap mid-turn, as a real app makes).
+    pub fn fieldkit_app() -> DeviceSpec {
+        let spec = DeviceSpec::fieldkit();
+        let mut on_order = spec.tools.clone();
+        on_order.push(ToolDeclaration {
+            name: "addWorkNote".to_owned(),
+            title: Some("Add a note to the open work order".to_owned()),
+            description: Some(
+                "Adds a note to the work order on screen; only there while a work order is open.".to_owned(),
+            ),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "minLength": 1, "maxLength": 2000}},
+                "required": ["text"],
+                "additionalProperties": false
+            }),
+            output_schema: None,
+            annotations: None,
+        });
+        spec.with("openWorkOrder", Behavior::Navigate { tools: on_order })
+    }
+
     /// A device with just these tools, seq 1, honest answers.
     pub fn minimal(tools: Vec<ToolDeclaration>) -> DeviceSpec {
         DeviceSpec {
