@@ -223,14 +223,7 @@ enum Command {
 /// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
 async fn mount_mcp(edge: Edge, issuer: Option<String>) -> Edge {
     let pipe = edge.attach_backend("tether-mcp");
-    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-        pipe,
-        tokio_tungstenite::tungstenite::protocol::Role::Client,
-        None,
-    )
-    .await;
-    let gateway =
-        Gateway::new(BackendLink::from_stream(ws), GatewayConfig { issuer, ..GatewayConfig::default() });
+    let gateway = Gateway::attach(pipe, GatewayConfig { issuer, ..GatewayConfig::default() }).await;
     let routes = gateway.router();
     let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
     tokio::spawn(async move {

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -107,6 +109,48 @@ fn the_readme_walk_through_gets_a_call_through() {
         run(&data, &["call", "--edge", &url, "--session", &session, "--tool", "client__x", "--args", "{"]);
     assert!(!bad_args.status.success());
     assert!(String::from_utf8_lossy(&bad_args.stderr).contains("--args is not valid JSON"));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// README's "Connect any agent over MCP": `tether serve`, `tether sim-device`,
+/// and each example agent (the official Python and TypeScript MCP clients)
+/// gets its calls through, re-plans on an `isError` and hears the mid-turn change.
+#[test]
+fn the_agent_examples_get_calls_through_over_mcp() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ts_agent = format!("{root}/examples/ts-agent/dist/agent.js");
+    assert!(Path::new(&ts_agent).exists(), "build the TypeScript example first (scripts/test-deps does)");
+    let data = data_dir("agents");
+    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    let addr = listening.strip_prefix("listening on ws://").unwrap().to_owned();
+    let mcp = format!("http://{addr}/mcp");
+    let agents = [
+        ("mira", common::python(), format!("{root}/examples/python-agent/agent.py")),
+        ("leo", "node".to_owned(), ts_agent),
+    ];
+    for (user, program, script) in agents {
+        // Each agent's user has one fresh device: its turn opens a work order and sees the tools change.
+        let edge = format!("ws://{addr}");
+        let (_, _device) = spawn_until_line(&data, &["sim-device", "--edge", &edge, "--sub", user]);
+        let token = String::from_utf8(run(&data, &["token", "--sub", user, "--aud", "tether-client"]).stdout)
+            .unwrap();
+        let out = Command::new(&program)
+            .arg(&script)
+            .args(["--url", &mcp, "--token", token.trim()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let why = format!("{program} {script}:\n{said}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{why}");
+        assert!(said.contains("-> isError: The tool rejected the arguments"), "{why}");
+        assert!(said.contains("-> ok: scanBarcode done"), "re-planned after the isError: {why}");
+        assert!(said.contains("new: client__add_work_note"), "{why}");
+        assert!(
+            said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"),
+            "{why}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&data);
 }
 

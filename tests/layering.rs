@@ -123,6 +123,14 @@ fn the_bridge_reaches_the_edge_only_over_the_wire() {
 }
 
 #[test]
+fn the_mcp_gateway_is_a_backend_that_reaches_the_edge_only_over_the_link() {
+    let gateway = Graph::get().reach("tether-gateway");
+    assert!(gateway.contains("tether-core") && gateway.contains("rmcp"), "graph sanity: {gateway:?}");
+    assert!(!gateway.contains("tether-edge"), "the gateway must reach the edge only over the backend link");
+    assert!(!Graph::get().reach("tether-edge").contains("rmcp"), "MCP server code stays out of the edge");
+}
+
+#[test]
 fn contract_is_types_and_rules_only() {
     let contract = Graph::get().reach("tether-contract");
     assert!(contract.contains("serde_json"), "graph sanity: {contract:?}");

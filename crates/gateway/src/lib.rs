@@ -103,6 +103,17 @@ impl Gateway {
         Gateway { shared, shutdown: CancellationToken::new(), edge_gone }
     }
 
+    /// Serves MCP over a backend link on `io`, the client end of an in-process
+    /// pipe to an edge (`Edge::attach_backend`): no TCP, no token.
+    pub async fn attach<S>(io: S, config: GatewayConfig) -> Gateway
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let role = tokio_tungstenite::tungstenite::protocol::Role::Client;
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(io, role, None).await;
+        Gateway::new(BackendLink::from_stream(ws), config)
+    }
+
     /// The routes to serve: `/mcp`, `/mcp/sessions/{id}` and the
     /// protected-resource metadata.
     pub fn router(&self) -> Router {

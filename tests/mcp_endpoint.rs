@@ -1,0 +1,320 @@
+//! The MCP endpoint (`/mcp`) with the official clients nobody here wrote: the
+//! Python `mcp` package (2.3.0; both the 2025-11-25 handshake and 2026-07-28)
+//! and the TypeScript `@modelcontextprotocol/sdk` (1.32.2; 2025-11-25),
+//! against a real edge on 127.0.0.1:0 with the gateway mounted as
+//! `tether serve` mounts it. Each client runs a scenario in its own process
+//! (`tests/mcp-servers/python/client_checks.py`, `tests/mcp-servers/ts_client.mjs`)
+//! and prints what it observed; the device side is observed here.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use common::{test_config, wait_until, LiveEdge};
+use tether_edge::{Edge, EdgeConfig};
+use tether_gateway::{Gateway, GatewayConfig};
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec, SimDevice, SimHandle};
+
+/// An edge serving `/mcp` on its own port, as `tether serve` does.
+struct McpEdge {
+    edge: LiveEdge,
+    gateway: Gateway,
+    mcp: String,
+}
+
+impl McpEdge {
+    async fn start() -> McpEdge {
+        McpEdge::start_with(test_config()).await
+    }
+
+    async fn start_with(config: EdgeConfig) -> McpEdge {
+        let edge = Edge::bind(config).await.unwrap();
+        let addr = edge.local_addr().unwrap();
+        let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), GatewayConfig::default()).await;
+        let edge = edge.mount(gateway.router());
+        let (hub, shutdown, drain) = (edge.hub(), edge.shutdown_token(), edge.drain_token());
+        let task = Some(tokio::spawn(edge.run()));
+        let live = LiveEdge { url: format!("ws://{addr}"), hub, shutdown, drain, task };
+        McpEdge { edge: live, gateway, mcp: format!("http://{addr}/mcp") }
+    }
+
+    /// A device for `sub`, listed and callable.
+    async fn device(&self, sub: &str, spec: DeviceSpec) -> (SimHandle, String) {
+        let mut device =
+            SimDevice::connect(&self.edge.url, &self.edge.client_token(sub), spec).await.unwrap();
+        let session = device.ready().await.unwrap();
+        (device, session)
+    }
+}
+
+/// An official MCP client, run as its own process.
+#[derive(Debug, Clone, Copy)]
+enum Sdk {
+    /// Python `mcp`, the 2025-11-25 initialize handshake.
+    PythonHandshake,
+    /// Python `mcp`, `server/discover` and 2026-07-28.
+    PythonModern,
+    /// TypeScript `@modelcontextprotocol/sdk`.
+    TypeScript,
+}
+
+const ALL: [Sdk; 3] = [Sdk::PythonHandshake, Sdk::PythonModern, Sdk::TypeScript];
+
+impl Sdk {
+    fn command(self) -> tokio::process::Command {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut cmd = match self {
+            Sdk::PythonHandshake | Sdk::PythonModern => {
+                let mut cmd = tokio::process::Command::new(common::python());
+                let mode = if matches!(self, Sdk::PythonHandshake) { "legacy" } else { "auto" };
+                cmd.arg(format!("{root}/tests/mcp-servers/python/client_checks.py")).arg(mode);
+                cmd
+            }
+            Sdk::TypeScript => {
+                let mut cmd = tokio::process::Command::new("node");
+                cmd.arg(format!("{root}/tests/mcp-servers/ts_client.mjs"));
+                cmd
+            }
+        };
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs one scenario to completion (bounded) and returns what the client observed.
+    async fn observe(self, scenario: &str, url: &str, token: &str, args: &[&str]) -> Value {
+        let child = self.command().arg(scenario).arg(url).arg(token).args(args).spawn().unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{self:?} {scenario} did not finish within 60 s"))
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line =
+            stdout.lines().last().unwrap_or_else(|| panic!("{self:?} {scenario}: no output\n{stderr}"));
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{self:?} {scenario}: {e}: {line}\n{stderr}"))
+    }
+}
+
+/// The tool names an observation carries (`tools`: declarations or bare names).
+fn names(listed: &Value) -> Vec<String> {
+    let tools = listed["tools"].as_array().unwrap_or_else(|| panic!("no tools in {listed}"));
+    tools.iter().map(|t| t.get("name").unwrap_or(t).as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_clients_list_and_call_with_results_intact_and_is_error_sentences() {
+    let mcp = McpEdge::start().await;
+    let (_device, _session) = mcp.device("mira", DeviceSpec::fieldkit()).await;
+    let mira = common::user("mira");
+    let declared = DeviceSpec::fieldkit().tools;
+    for sdk in ALL {
+        let listed = sdk.observe("list", &mcp.mcp, &mira, &[]).await;
+        let tools = names(&listed);
+        assert_eq!(tools.len(), 10, "{sdk:?}: {listed}");
+        assert!(tools.contains(&"client__print_label_v2".to_owned()), "{sdk:?}: namespaced names: {tools:?}");
+        // Schemas arrive as the device declared them.
+        let scan =
+            listed["tools"].as_array().unwrap().iter().find(|t| t["name"] == "client__scan_barcode").unwrap();
+        let original = declared.iter().find(|t| t.name == "scanBarcode").unwrap();
+        assert_eq!(scan["inputSchema"], original.input_schema, "{sdk:?}");
+        assert!(listed["instructions"].as_str().unwrap().contains("<client-context>"), "{sdk:?}: {listed}");
+
+        let ok = sdk.observe("call", &mcp.mcp, &mira, &["client__get_visible_screen", "{}"]).await;
+        assert_eq!(ok["isError"], json!(false), "{sdk:?}: {ok}");
+        assert!(ok["structuredContent"].is_object(), "{sdk:?}: structured result intact: {ok}");
+
+        let bad = sdk.observe("call", &mcp.mcp, &mira, &["client__scan_barcode", "{}"]).await;
+        assert_eq!(bad["isError"], json!(true), "{sdk:?}: {bad}");
+        assert!(
+            bad["text"].as_str().unwrap().contains("fix them to match the tool's input schema"),
+            "{sdk:?}: {bad}"
+        );
+
+        let gone = sdk.observe("call", &mcp.mcp, &mira, &["client__format_disk", "{}"]).await;
+        assert_eq!(gone["isError"], json!(true), "{sdk:?}: {gone}");
+        let said = gone["text"].as_str().unwrap();
+        assert!(said.contains("not available") && said.contains("client__scan_barcode"), "{sdk:?}: {said}");
+    }
+    let calls = mcp.gateway.metrics().render();
+    assert!(calls.contains("tether_mcp_calls_total{outcome=\"ok\"} 3"), "{calls}");
+    assert!(calls.contains("tether_mcp_calls_total{outcome=\"invalid_arguments\"} 3"), "{calls}");
+}
+
+/// Raw HTTP on the endpoint, for what the SDKs do not show (status, headers).
+async fn post_initialize(url: &str, authorization: Option<&str>) -> String {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_or_a_bad_one_is_401_and_another_users_devices_stay_invisible() {
+    let mcp = McpEdge::start().await;
+    let (device, mira_session) = mcp.device("mira", DeviceSpec::fieldkit()).await;
+    for (token, why) in
+        [("", "no token"), ("not-a-token", "garbage"), (&common::expired_user("mira"), "expired")]
+    {
+        for sdk in ALL {
+            let connect = sdk.observe("connect", &mcp.mcp, token, &[]).await;
+            assert_eq!(connect["ok"], json!(false), "{sdk:?}, {why}: {connect}");
+            assert!(
+                connect.to_string().contains("401"),
+                "{sdk:?}, {why}: the client sees the 401: {connect}"
+            );
+        }
+    }
+    let refused = post_initialize(&mcp.mcp, None).await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let metadata = format!(
+        "resource_metadata=\"{}\"",
+        mcp.mcp.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+    );
+    assert!(
+        refused.to_ascii_lowercase().contains("www-authenticate: bearer") && refused.contains(&metadata),
+        "{refused}"
+    );
+    assert!(post_initialize(&mcp.mcp, Some("Bearer x")).await.contains("error=\"invalid_token\""));
+    // The backend's own service token is no user: it reaches nothing here either.
+    let service = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+    assert!(post_initialize(&mcp.mcp, Some(&format!("Bearer {service}"))).await.starts_with("HTTP/1.1 401"));
+    assert!(mcp.gateway.metrics().get("unauthenticated").unwrap() >= 10);
+
+    // leo is a real user with no devices: he sees no tools, and mira's are not his to call.
+    let leo = common::user("leo");
+    for sdk in ALL {
+        assert_eq!(names(&sdk.observe("list", &mcp.mcp, &leo, &[]).await), Vec::<String>::new(), "{sdk:?}");
+        let call = sdk.observe("call", &mcp.mcp, &leo, &["client__get_visible_screen", "{}"]).await;
+        assert_eq!(call["isError"], json!(true), "{sdk:?}: {call}");
+    }
+    let pinned = format!("{}/sessions/{mira_session}", mcp.mcp);
+    let connect = Sdk::PythonHandshake.observe("connect", &pinned, &leo, &[]).await;
+    assert!(connect.to_string().contains("404"), "another user's session is not found: {connect}");
+    assert!(device.observed.calls().is_empty(), "nothing reached mira's device");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_devices_get_labelled_names_and_one_device_can_be_pinned() {
+    let mcp = McpEdge::start().await;
+    let (fieldkit, _) = mcp.device("mira", DeviceSpec::fieldkit()).await;
+    let (kiosk, kiosk_session) =
+        mcp.device("mira", DeviceSpec::minimal(vec![tool("print_receipt"), tool("scan_barcode")])).await;
+    let mira = common::user("mira");
+    for sdk in ALL {
+        let tools = names(&sdk.observe("list", &mcp.mcp, &mira, &[]).await);
+        assert_eq!(tools.len(), 12, "{sdk:?}: {tools:?}");
+        assert!(tools.contains(&"fieldkit_mobile__client__scan_barcode".to_owned()), "{sdk:?}: {tools:?}");
+        assert!(tools.contains(&"sim_device__client__scan_barcode".to_owned()), "{sdk:?}: {tools:?}");
+    }
+    let call = Sdk::PythonModern
+        .observe("call", &mcp.mcp, &mira, &["sim_device__client__print_receipt", "{}"])
+        .await;
+    assert_eq!(call["isError"], json!(false), "{call}");
+    // A bare name offered by one device reaches it; offered by both, the model is told the full names.
+    let bare = Sdk::TypeScript.observe("call", &mcp.mcp, &mira, &["client__print_receipt", "{}"]).await;
+    assert_eq!(bare["isError"], json!(false), "{bare}");
+    let ambiguous = Sdk::TypeScript
+        .observe("call", &mcp.mcp, &mira, &["client__scan_barcode", "{\"symbologies\":[\"qr\"]}"])
+        .await;
+    assert_eq!(ambiguous["isError"], json!(true), "{ambiguous}");
+    assert!(ambiguous["text"].as_str().unwrap().contains("sim_device__client__scan_barcode"), "{ambiguous}");
+    assert_eq!(kiosk.observed.calls().len(), 2);
+    assert!(fieldkit.observed.calls().is_empty());
+
+    let pinned = format!("{}/sessions/{kiosk_session}", mcp.mcp);
+    let tools = names(&Sdk::PythonHandshake.observe("list", &pinned, &mira, &[]).await);
+    assert_eq!(tools, ["client__print_receipt", "client__scan_barcode"], "one device, its own names");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_swap_mid_turn_reaches_the_client_as_list_changed() {
+    let mcp = McpEdge::start().await;
+    let (_device, _) = mcp.device("mira", DeviceSpec::fieldkit_app()).await;
+    let mira = common::user("mira");
+    for sdk in ALL {
+        let seen = sdk
+            .observe(
+                "list_changed",
+                &mcp.mcp,
+                &mira,
+                &["client__open_work_order", "{\"workOrderId\":\"WO-1182\"}"],
+            )
+            .await;
+        assert_eq!(seen["notified"], json!(true), "{sdk:?}: {seen}");
+        assert!(names(&seen).contains(&"client__add_work_note".to_owned()), "{sdk:?}: {seen}");
+    }
+    assert!(mcp.gateway.metrics().get("list_changed_sent").unwrap() >= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_cancelled_on_the_device() {
+    let mcp = McpEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent);
+    let (device, _) = mcp.device("mira", spec).await;
+    let mira = common::user("mira");
+    for (n, sdk) in ALL.into_iter().enumerate() {
+        let seen = sdk.observe("cancel", &mcp.mcp, &mira, &["client__wait", "{}", "500"]).await;
+        assert_eq!(seen["aborted"], json!(true), "{sdk:?}: {seen}");
+        wait_until(|| device.observed.cancels().len() == n + 1).await;
+        let reason = &device.observed.cancels()[n]["reason"];
+        assert_eq!(
+            reason,
+            &json!("the caller cancelled this call"),
+            "{sdk:?}: cancelled by the client, not the 7 s leg"
+        );
+    }
+    assert_eq!(mcp.gateway.metrics().get("calls_cancelled"), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_says_the_outcome_is_unknown_and_a_vanished_device_fails_at_once() {
+    let mut config = test_config();
+    config.budgets.tool_call = Duration::from_millis(800);
+    config.budgets.client_answer = Duration::from_millis(400);
+    let mcp = McpEdge::start_with(config).await;
+    let spec = DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent);
+    let (_device, _) = mcp.device("mira", spec).await;
+    let mira = common::user("mira");
+    for sdk in ALL {
+        let seen = sdk.observe("call", &mcp.mcp, &mira, &["client__wait", "{}"]).await;
+        assert_eq!(seen["isError"], json!(true), "{sdk:?}: {seen}");
+        assert!(
+            seen["text"].as_str().unwrap().contains("whether the action happened is unknown"),
+            "{sdk:?}: {seen}"
+        );
+        assert!(seen["ms"].as_u64().unwrap() < 12_000, "{sdk:?}: {seen}");
+    }
+
+    // A device that disconnects mid-call fails the call at once, not at the 7 s leg.
+    let spec = DeviceSpec::minimal(vec![tool("hold")]).with("hold", Behavior::Silent);
+    let mcp = McpEdge::start().await;
+    for sdk in ALL {
+        let (device, session) = mcp.device("mira", spec.clone()).await;
+        let pinned = format!("{}/sessions/{session}", mcp.mcp);
+        let call = tokio::spawn({
+            let mira = mira.clone();
+            async move { sdk.observe("call", &pinned, &mira, &["client__hold", "{}"]).await }
+        });
+        wait_until(|| device.observed.calls().len() == 1).await;
+        drop(device);
+        let seen = call.await.unwrap();
+        assert_eq!(seen["isError"], json!(true), "{sdk:?}: {seen}");
+        assert!(seen["text"].as_str().unwrap().contains("disconnected"), "{sdk:?}: {seen}");
+        assert!(seen["ms"].as_u64().unwrap() < 5_000, "{sdk:?}: failed at once, not at the leg: {seen}");
+    }
+}
