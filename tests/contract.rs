@@ -100,6 +100,7 @@ fn wire_field_names_are_pinned() {
             budget_ms: Some(12_000),
             bound_seq: Some(3),
             idempotency_key: Some("k".into()),
+            progress_token: None,
         },
     };
     assert_eq!(

@@ -493,6 +493,36 @@ async fn dropping_a_call_cancels_it_on_the_device() {
     turn.call("client__ping", json!({})).await.unwrap();
 }
 
+/// A device's progress on a call reaches the backend that asked for it, in
+/// order and under the backend's own token; a call that did not ask gets none.
+#[tokio::test]
+async fn a_devices_progress_reaches_the_caller_that_asked_for_it() {
+    let edge = LiveEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("sync")]).with("sync", Behavior::Progress { steps: 3 });
+    let (dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let options = tether_core::CallOptions { progress: Some(tx), ..Default::default() };
+    turn.call_with("client__sync", json!({}), options).await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push((p.session.clone(), p.progress, p.total, p.message.clone()));
+    }
+    let step = |n: f64| (session.clone(), n, Some(3.0), Some(format!("step {n} of 3")));
+    assert_eq!(seen, [step(1.0), step(2.0), step(3.0)]);
+    assert_eq!(edge.hub.counters().get("progress_relayed"), 3);
+    // The device saw the edge's token, never the backend's.
+    assert!(dev.observed.calls()[0].meta["progressToken"].is_u64());
+
+    // Without a request for progress the device is given no token and reports none.
+    turn.call("client__sync", json!({})).await.unwrap();
+    assert!(dev.observed.calls()[1].meta.get("progressToken").is_none());
+    assert_eq!(edge.hub.counters().get("progress_relayed"), 3);
+    assert_eq!(edge.hub.counters().get("progress_dropped"), 0);
+    assert_eq!(link.counters().get("progress_dropped"), 0);
+}
+
 #[tokio::test]
 async fn the_origin_allowlist_matches_exactly() {
     let mut config = common::test_config();

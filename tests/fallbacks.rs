@@ -137,6 +137,39 @@ async fn unknown_responses_stale_list_changed_and_bad_frames() {
     assert!(edge.hub.metrics.render().contains("tether_frames_refused_total{kind=\"parse_error\"} 1"));
 }
 
+/// Progress for no call in flight, malformed, or going backwards is dropped
+/// and counted at the edge; progress the link has no caller for, at core.
+#[tokio::test(start_paused = true)]
+async fn progress_nobody_asked_for_is_dropped_and_counted_on_both_sides() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    let progress = |params: Value| json!({"jsonrpc":"2.0","method":"notifications/progress","params":params});
+    send(&mut ws, progress(json!({"progressToken": 7, "progress": 1}))).await;
+    send(&mut ws, progress(json!({"progress": 1}))).await;
+    // A call that asked for progress: the device goes 2, then back to 1 (dropped).
+    let link = edge.backend().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let asked = call(&session, "client__a");
+    let pending =
+        tokio::spawn(async move { link.call_with_progress(asked, Duration::from_secs(12), tx).await });
+    let request = next_json(&mut ws).await;
+    let token = request["params"]["_meta"]["progressToken"].clone();
+    send(&mut ws, progress(json!({"progressToken": token, "progress": 2}))).await;
+    send(&mut ws, progress(json!({"progressToken": token, "progress": 1}))).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":request["id"],"result":{"content":[]}})).await;
+    pending.await.unwrap().unwrap();
+    assert_eq!(rx.recv().await.map(|p| p.progress), Some(2.0));
+    assert_eq!(counter(&edge, "progress_dropped"), 3);
+    assert_eq!(counter(&edge, "progress_relayed"), 1);
+
+    // An edge relaying progress for a call the link no longer waits for: dropped at core.
+    let (link, mut scripted_edge) = common::scripted_backend_edge().await;
+    let note = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"session":"s","progressToken":41,"progress":1}});
+    scripted_edge.send(Message::text(note.to_string())).await.unwrap();
+    wait_until(|| link.counters().get("progress_dropped") == 1).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_reread_keeps_the_old_manifest_and_is_counted() {
     let edge = DuplexEdge::new();
@@ -496,6 +529,11 @@ async fn core_counts_its_own_fallbacks() {
 fn every_core_counter_is_documented_and_driven_by_a_test() {
     // Core's unit tests live beside the code they test.
     check_counters(tether_core::CoreCounters::describe(), "tether_core_", &["tests", "crates/core"]);
+}
+
+#[test]
+fn every_mcp_endpoint_counter_is_documented_and_driven_by_a_test() {
+    check_counters(tether_gateway::GatewayMetrics::describe(), "tether_mcp_", &["tests", "crates/gateway"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -193,7 +193,15 @@ async fn no_token_or_a_bad_one_is_401_and_another_users_devices_stay_invisible()
     // The backend's own service token is no user: it reaches nothing here either.
     let service = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
     assert!(post_initialize(&mcp.mcp, Some(&format!("Bearer {service}"))).await.starts_with("HTTP/1.1 401"));
-    assert!(mcp.gateway.metrics().get("unauthenticated").unwrap() >= 10);
+    assert!(mcp.gateway.metrics().get("unauthenticated") >= 10);
+    // An operator credential reads sessions for operations; it calls no tools.
+    let operator = common::operator();
+    let refused = post_initialize(&mcp.mcp, Some(&format!("Bearer {operator}"))).await;
+    assert!(
+        refused.starts_with("HTTP/1.1 403") && refused.contains("error=\"insufficient_scope\""),
+        "{refused}"
+    );
+    assert_eq!(mcp.gateway.metrics().get("forbidden"), 1);
 
     // leo is a real user with no devices: he sees no tools, and mira's are not his to call.
     let leo = common::user("leo");
@@ -258,7 +266,7 @@ async fn a_manifest_swap_mid_turn_reaches_the_client_as_list_changed() {
         assert_eq!(seen["notified"], json!(true), "{sdk:?}: {seen}");
         assert!(names(&seen).contains(&"client__add_work_note".to_owned()), "{sdk:?}: {seen}");
     }
-    assert!(mcp.gateway.metrics().get("list_changed_sent").unwrap() >= 3);
+    assert!(mcp.gateway.metrics().get("list_changed_sent") >= 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +286,7 @@ async fn a_cancelled_call_is_cancelled_on_the_device() {
             "{sdk:?}: cancelled by the client, not the 7 s leg"
         );
     }
-    assert_eq!(mcp.gateway.metrics().get("calls_cancelled"), Some(3));
+    assert_eq!(mcp.gateway.metrics().get("calls_cancelled"), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,4 +325,48 @@ async fn a_timeout_says_the_outcome_is_unknown_and_a_vanished_device_fails_at_on
         assert!(seen["text"].as_str().unwrap().contains("disconnected"), "{sdk:?}: {seen}");
         assert!(seen["ms"].as_u64().unwrap() < 5_000, "{sdk:?}: failed at once, not at the leg: {seen}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_devices_progress_reaches_the_mcp_client() {
+    let mcp = McpEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("sync")]).with("sync", Behavior::Progress { steps: 3 });
+    let (_device, _) = mcp.device("mira", spec).await;
+    let mira = common::user("mira");
+    for sdk in ALL {
+        let seen = sdk.observe("progress", &mcp.mcp, &mira, &["client__sync", "{}"]).await;
+        assert_eq!(seen["isError"], json!(false), "{sdk:?}: {seen}");
+        // Sorted: the Python SDK runs each progress callback in its own task, so
+        // callbacks may interleave even though the stream carries them in order.
+        let mut steps: Vec<(u64, u64, String)> = seen["progress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let n = |v: &Value| v.as_f64().unwrap() as u64;
+                (n(&p["progress"]), n(&p["total"]), p["message"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        steps.sort();
+        let want: Vec<_> = (1..=3).map(|n| (n, 3, format!("step {n} of 3"))).collect();
+        assert_eq!(steps, want, "{sdk:?}: {seen}");
+    }
+    assert_eq!(mcp.edge.hub.counters().get("progress_relayed"), 9);
+}
+
+/// A gateway whose edge is gone answers 503 with Retry-After, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_its_edge_answers_503_at_once() {
+    let (ours, theirs) = tokio::io::duplex(1024);
+    drop(theirs);
+    let gateway = Gateway::attach(ours, GatewayConfig::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(tether_gateway::serve(listener, gateway.router(), Duration::from_secs(5), stop.clone()));
+    let answered = post_initialize(&url, Some(&format!("Bearer {}", common::user("mira")))).await;
+    assert!(answered.starts_with("HTTP/1.1 503"), "{answered}");
+    assert!(answered.to_ascii_lowercase().contains("retry-after: 1"), "{answered}");
+    assert_eq!(gateway.metrics().get("edge_unavailable"), 1);
+    stop.cancel();
 }

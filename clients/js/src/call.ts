@@ -1,12 +1,24 @@
 /**
  * One tool call in flight on the client: its abort signal, its answer
- * ceiling, and the race between the handler and everything that can stop it.
+ * ceiling, its progress reports, and the race between the handler and
+ * everything that can stop it.
  */
 
 import { CallAbortedError, failureOf, type AbortWhy, type Failure } from './errors.js';
 import type { JsonObject } from './json.js';
 import type { Id } from './jsonrpc.js';
 import type { AnyTool, ToolContext, ToolReturn } from './types.js';
+
+/** MCP's `progressToken`: what the caller named its progress by. */
+export type ProgressToken = string | number;
+
+/**
+ * Longest `message` a progress report carries, in UTF-16 code units. A
+ * progress message is a status line ("page 3 of 7"), not a result: the edge
+ * relays every report to the backend, and a cap keeps a chatty handler's
+ * reports small beside the transport ceiling and the model's context.
+ */
+export const MAX_PROGRESS_MESSAGE_CHARS = 256;
 
 /** What the edge asked for. */
 export interface CallRequest {
@@ -16,6 +28,16 @@ export interface CallRequest {
   sessionId: string;
   deadlineMs: number | undefined;
   idempotencyKey: string | undefined;
+  /** `_meta.progressToken`: present when the caller asked for progress. */
+  progressToken: ProgressToken | undefined;
+}
+
+/** Where a call's progress goes: the session sends the reports and hears of the dropped ones. */
+export interface ProgressSink {
+  /** Sends `notifications/progress` with these params. */
+  send(params: JsonObject): void;
+  /** A report was dropped (`why` says why); the handler was not told. */
+  dropped(why: string): void;
 }
 
 /** How the handler's run ended, as far as the caller is concerned. */
@@ -31,15 +53,52 @@ const ABORT_MESSAGES: Record<AbortWhy, string> = {
   closed: 'the client was closed',
 };
 
+/** Cuts a progress message to the cap (ending in `…`), never between the halves of a surrogate pair. */
+function capMessage(message: string): string {
+  if (message.length <= MAX_PROGRESS_MESSAGE_CHARS) return message;
+  let cut = MAX_PROGRESS_MESSAGE_CHARS - 1;
+  const last = message.charCodeAt(cut - 1);
+  if (last >= 0xd800 && last <= 0xdbff) cut -= 1;
+  return `${message.slice(0, cut)}…`;
+}
+
+/** A value for a message, without calling its `toString` (which may throw). */
+function describe(value: unknown): string {
+  return typeof value === 'number' ? String(value) : value === null ? 'null' : `a ${typeof value}`;
+}
+
+/** Why a `ctx.progress(done, total)` is not sendable, or undefined when it is. */
+function invalidProgress(done: unknown, total: unknown, last: number | undefined): string | undefined {
+  if (typeof done !== 'number' || !Number.isFinite(done)) return `done must be a finite number, got ${describe(done)}`;
+  if (done < 0) return `done must not be negative, got ${done}`;
+  if (last !== undefined && done <= last) return `done must increase with each report, got ${done} after ${last}`;
+  if (total === undefined) return undefined;
+  if (typeof total !== 'number' || !Number.isFinite(total)) return `total must be a finite number, got ${describe(total)}`;
+  if (total < done) return `total must not be below done, got ${done} of ${total}`;
+  return undefined;
+}
+
 export class RunningCall {
   readonly request: CallRequest;
   readonly startedAt = performance.now();
   readonly #controller = new AbortController();
   readonly #ceilingMs: number;
+  readonly #progress: ProgressSink | undefined;
+  /** Set when `run()` settles: nothing the handler reports after that is sent. */
+  #settled = false;
+  /** The last `done` sent (MCP: progress increases with each notification). */
+  #lastProgress: number | undefined;
+  #progressDropped = 0;
 
-  constructor(request: CallRequest, ceilingMs: number) {
+  constructor(request: CallRequest, ceilingMs: number, progress?: ProgressSink) {
     this.request = request;
     this.#ceilingMs = ceilingMs;
+    this.#progress = progress;
+  }
+
+  /** How many of the handler's progress reports were dropped (invalid, or not sendable). */
+  get progressDropped(): number {
+    return this.#progressDropped;
   }
 
   get signal(): AbortSignal {
@@ -59,6 +118,35 @@ export class RunningCall {
   }
 
   /**
+   * `ctx.progress`: sends `notifications/progress` under the caller's token.
+   * Nothing is sent without a token, or once the call has settled or its
+   * signal fired (the answer, if any, must be the last word on the call).
+   * An invalid report is dropped and counted, never thrown: a handler must
+   * not fail because of its progress bar.
+   */
+  progress(done: number, total?: number, message?: string): void {
+    const token = this.request.progressToken;
+    const sink = this.#progress;
+    if (token === undefined || sink === undefined || this.#settled || this.#controller.signal.aborted) return;
+    const invalid = invalidProgress(done, total, this.#lastProgress);
+    if (invalid !== undefined) {
+      this.#progressDropped += 1;
+      sink.dropped(invalid);
+      return;
+    }
+    this.#lastProgress = done;
+    const params: JsonObject = { progressToken: token, progress: done };
+    if (total !== undefined) params['total'] = total;
+    if (typeof message === 'string') params['message'] = capMessage(message);
+    try {
+      sink.send(params);
+    } catch (err) {
+      this.#progressDropped += 1;
+      sink.dropped(`sending failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /**
    * Runs the handler. Settles with whatever comes first: the handler's return
    * or throw, or the signal (ceiling, cancel, disconnect, close). A handler
    * that ignores the signal keeps running, but its late outcome is dropped.
@@ -73,16 +161,19 @@ export class RunningCall {
       sessionId: req.sessionId,
       deadlineMs: req.deadlineMs,
       idempotencyKey: req.idempotencyKey,
+      progress: (done, total, message) => this.progress(done, total, message),
     };
     return new Promise<Settled>((resolve) => {
       const timer = setTimeout(() => this.abort('ceiling', `${this.#ceilingMs} ms`), this.#ceilingMs);
       const onAbort = (): void => {
+        this.#settled = true;
         clearTimeout(timer);
         const reason: unknown = signal.reason;
         resolve({ kind: 'aborted', why: reason instanceof CallAbortedError ? reason.why : 'cancelled' });
       };
       signal.addEventListener('abort', onAbort, { once: true });
       const settle = (s: Settled): void => {
+        this.#settled = true;
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         if (!signal.aborted) resolve(s);

@@ -10,5 +10,6 @@ export { tokenExpiry } from './token.js';
 export { DEFAULT_LIMITS, DEFAULT_HEARTBEAT } from './options.js';
 export { DEFAULT_BACKOFF } from './backoff.js';
 export { MCP_PROTOCOL_VERSION, SUBPROTOCOL, CLIENT_PATH } from './jsonrpc.js';
+export { MAX_PROGRESS_MESSAGE_CHARS } from './call.js';
 export type { Json, JsonObject } from './json.js';
 export type * from './types.js';

@@ -33,6 +33,8 @@ export type TetherErrorCode =
   | 'protocol'
   /** A frame the SDK was about to send exceeded the transport ceiling and was not sent. */
   | 'frame_too_large'
+  /** A handler's `ctx.progress` report was invalid (not increasing, not finite, total below done) and was dropped. */
+  | 'invalid_progress'
   /** `ready()` did not see the client online in time, or the client was closed. */
   | 'not_online';
 

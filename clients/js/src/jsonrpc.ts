@@ -70,6 +70,7 @@ export const Method = {
   toolsCall: 'tools/call',
   ping: 'ping',
   cancelled: 'notifications/cancelled',
+  progress: 'notifications/progress',
   listChanged: 'notifications/tools/list_changed',
   manifestApplied: 'notifications/tether.dev/manifest_applied',
 } as const;
@@ -81,6 +82,8 @@ export const Meta = {
   session: 'tether.dev/session',
   deadlineMs: 'tether.dev/deadline_ms',
   idempotencyKey: 'tether.dev/idempotency_key',
+  /** MCP's own key (not namespaced), the same on 2025-11-25 and 2026-07-28. */
+  progressToken: 'progressToken',
 } as const;
 
 /** The MCP revision of the `initialize` handshake (2026-07-28 has none: see revision.ts). */

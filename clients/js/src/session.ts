@@ -12,7 +12,7 @@
  * in one object that dies with its socket.
  */
 
-import { RunningCall, type CallRequest } from './call.js';
+import { RunningCall, type CallRequest, type ProgressToken } from './call.js';
 import type { Catalog } from './catalog.js';
 import { TetherError } from './errors.js';
 import { isJsonObject, utf8Bytes, type Json, type JsonObject } from './json.js';
@@ -78,6 +78,17 @@ type Phase = 'dialing' | 'handshake' | 'online' | 'ended';
 
 function numberOr(v: Json | undefined): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+/** `_meta.progressToken` when it is one MCP allows (a string or a finite number); anything else asks for no progress. */
+function progressTokenOf(v: Json | undefined): ProgressToken | undefined {
+  return typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v)) ? v : undefined;
+}
+
+/** A call end with its dropped progress reports counted, when there were any. */
+function withDropped(end: CallEnd, call: RunningCall): CallEnd {
+  if (call.progressDropped > 0) end.progressDropped = call.progressDropped;
+  return end;
 }
 
 export class Session {
@@ -398,13 +409,23 @@ export class Session {
       sessionId: this.#id,
       deadlineMs: numberOr(meta[Meta.deadlineMs]),
       idempotencyKey: typeof key === 'string' ? key : undefined,
+      progressToken: progressTokenOf(meta[Meta.progressToken]),
     };
     // A call proves the edge has listed this session.
     this.#goOnline();
     const hooks = this.#cfg.hooks;
     const start: CallStart = { callId: id, sessionId: this.#id, name, arguments: args };
     hooks.callStart(start);
-    const call = new RunningCall(request, this.#cfg.limits.answerCeilingMs);
+    const call: RunningCall = new RunningCall(request, this.#cfg.limits.answerCeilingMs, {
+      send: (progress) => {
+        this.#send(rpc.notification(Method.progress, progress));
+      },
+      // The first drop of a call is reported; the rest are counted in callEnd.
+      dropped: (why) => {
+        if (call.progressDropped !== 1) return;
+        hooks.problem(new TetherError('invalid_progress', `${name}: a ctx.progress report was dropped (${why}); further drops on this call are only counted (callEnd.progressDropped)`));
+      },
+    });
     const tool = this.#cfg.catalog.tool(name);
     if (tool === undefined) {
       const names = this.#cfg.catalog.names();
@@ -432,7 +453,7 @@ export class Session {
           this.#answer(start, call, timeoutResult(name, this.#cfg.limits.answerCeilingMs), 'timeout');
         } else {
           // Cancelled: the edge stopped waiting and MCP says not to answer. Disconnected or closed: there is no socket.
-          hooks.callEnd({ ...start, outcome: settled.why, latencyMs: call.elapsedMs(), answered: false });
+          hooks.callEnd(withDropped({ ...start, outcome: settled.why, latencyMs: call.elapsedMs(), answered: false }, call));
         }
         return;
     }
@@ -470,6 +491,6 @@ export class Session {
     const code = final.isError === true && structured !== undefined && typeof structured['code'] === 'string' ? structured['code'] : undefined;
     const end: CallEnd = { ...start, outcome: answered ? finalOutcome : 'disconnected', latencyMs: call.elapsedMs(), answered };
     if (code !== undefined) end.code = code;
-    this.#cfg.hooks.callEnd(end);
+    this.#cfg.hooks.callEnd(withDropped(end, call));
   }
 }

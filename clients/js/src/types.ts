@@ -51,6 +51,21 @@ export interface ToolContext {
   readonly deadlineMs: number | undefined;
   /** The backend's key for de-duplicating a retried call, when it gave one. */
   readonly idempotencyKey: string | undefined;
+  /**
+   * Tells the agent how far along a long-running tool is: `done` units of
+   * `total` (when known), with an optional status line. Sent as MCP
+   * `notifications/progress` under the caller's `_meta.progressToken`; a
+   * no-op when the caller did not ask for progress, and once the call has
+   * settled or its signal fired (an answer is the last word on a call).
+   *
+   * `done` must be finite, non-negative and larger than the last report's;
+   * `total`, when given, a finite number not below `done`. A report that
+   * breaks these is dropped, never thrown (a handler must not fail because of
+   * its progress bar): the first drop of a call is an `error` event with code
+   * `invalid_progress`, and `callEnd.progressDropped` counts them all.
+   * `message` is cut to 256 characters.
+   */
+  progress(done: number, total?: number, message?: string): void;
 }
 
 /** MCP tool annotations (hints for the model and the host). */
@@ -236,6 +251,8 @@ export interface CallEnd extends CallStart {
   latencyMs: number;
   /** Whether an answer was sent to the edge. */
   answered: boolean;
+  /** How many of the handler's `ctx.progress` reports were dropped, when any were (see `ToolContext.progress`). */
+  progressDropped?: number;
 }
 
 /** The `offline` event. */

@@ -196,6 +196,10 @@ pub struct CallMeta {
     /// Passed through to the device as `tether.dev/idempotency_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Ask for the device's progress: `notifications/progress` with this token
+    /// reach this backend link while the call runs (MCP's name and meaning).
+    #[serde(default, rename = "progressToken", skip_serializing_if = "Option::is_none")]
+    pub progress_token: Option<Value>,
 }
 
 /// Params of a backend `tools/call`.
@@ -254,6 +258,25 @@ pub struct SessionClosed {
     pub session: String,
     /// Why it closed (`disconnected`, `shutdown`, `protocol_error`, …).
     pub reason: String,
+}
+
+/// Params of `notifications/progress` on the backend link: a device's
+/// progress on a call whose backend asked for it, under the backend's token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Session id.
+    pub session: String,
+    /// The token the backend put in the call's `_meta.progressToken`.
+    #[serde(rename = "progressToken")]
+    pub progress_token: Value,
+    /// How far along; increases with each notification.
+    pub progress: f64,
+    /// The total, when the device knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// A short human sentence about the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One namespaced ↔ original name pair, for inspection.

@@ -21,6 +21,8 @@ pub mod method {
     pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
     /// Edge → device: stop work nobody waits for.
     pub const CANCELLED: &str = "notifications/cancelled";
+    /// Device → edge (and edge → backend): how far a call has got.
+    pub const PROGRESS: &str = "notifications/progress";
     /// Either direction liveness probe.
     pub const PING: &str = "ping";
     /// Edge → device: which manifest was applied and what the caps dropped.
@@ -41,6 +43,8 @@ pub mod meta {
     pub const IDEMPOTENCY_KEY: &str = "tether.dev/idempotency_key";
     /// The session id the edge assigned, sent in `initialize`.
     pub const SESSION: &str = "tether.dev/session";
+    /// MCP's token a request carries when its caller wants `notifications/progress`.
+    pub const PROGRESS_TOKEN: &str = "progressToken";
 }
 
 /// One tool as a device declares it (and, renamed, as the backend sees it).

@@ -58,6 +58,8 @@ counters! {
     response_ids_coerced,
     /// Requests refused as `overloaded` because the link's outbound queue was full.
     requests_refused,
+    /// Progress notifications dropped: no call waiting for their token, malformed, or the caller's receiver full.
+    progress_dropped,
     /// Requests dropped by their caller before an outcome (a cancelled call); the edge was told to cancel.
     requests_cancelled,
     /// Edge notifications dropped because the application did not read them.

@@ -34,9 +34,9 @@ pub mod turn;
 
 pub use counters::CoreCounters;
 pub use error::for_model;
-pub use link::{BackendLink, Notification};
+pub use link::{BackendLink, Notification, ProgressSender};
 pub use registry::{Registry, RegistryError, FIND_TOOLS};
 pub use scope::{Binding, CallerProfile, Profiles};
 pub use source::{AuthPosture, CallContext, LatencyClass, ToolSource};
 pub use tether_contract::{ErrorKind, WireError};
-pub use turn::Turn;
+pub use turn::{CallOptions, Turn};

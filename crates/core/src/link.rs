@@ -23,8 +23,8 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, warn};
 
 use tether_contract::backend::{
-    method, CallParams, CallResponse, ListChanged, Manifest, SessionClosed, SessionInspect, SessionOpened,
-    SessionsList, TurnBegun,
+    method, CallParams, CallResponse, ListChanged, Manifest, Progress, SessionClosed, SessionInspect,
+    SessionOpened, SessionsList, TurnBegun,
 };
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
@@ -54,10 +54,16 @@ pub enum Notification {
     },
 }
 
+/// Where a call's progress goes while it runs (bounded: a slow reader loses
+/// progress, never the call).
+pub type ProgressSender = mpsc::Sender<Progress>;
+
 #[derive(Debug, Default)]
 struct State {
     closed: Option<String>,
     pending: HashMap<u64, oneshot::Sender<Result<Value, WireError>>>,
+    /// Calls that asked for progress, by the token they sent.
+    progress: HashMap<u64, ProgressSender>,
 }
 
 #[derive(Debug)]
@@ -78,6 +84,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    /// Hands a `notifications/progress` to the call that asked for it; any
+    /// other (unknown token, malformed, or a full receiver) is dropped, counted.
+    fn route_progress(&self, params: Value) {
+        let parsed: Option<Progress> = serde_json::from_value(params).ok();
+        let sender = parsed
+            .as_ref()
+            .and_then(|p| p.progress_token.as_u64())
+            .and_then(|token| lock(&self.state).progress.get(&token).cloned());
+        let delivered = match (parsed, sender) {
+            (Some(progress), Some(sender)) => sender.try_send(progress).is_ok(),
+            _ => false,
+        };
+        if !delivered {
+            CoreCounters::bump(&self.counters.progress_dropped);
+            debug!("edge progress dropped: no call waiting for it, malformed, or its reader is behind");
+        }
+    }
+
     fn latch(&self, reason: &str) {
         let drained = {
             let mut state = lock(&self.state);
@@ -181,6 +205,11 @@ impl BackendLink {
                     Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
                         Ok(Frame::Response { id, outcome }) => {
                             reader_inner.complete(&id, outcome.map_err(|e| WireError::from_json(&e)))
+                        }
+                        Ok(Frame::Notification { method, params })
+                            if method == tether_contract::mcp::method::PROGRESS =>
+                        {
+                            reader_inner.route_progress(params)
                         }
                         Ok(Frame::Notification { method, params }) => {
                             let n = decode_notification(method, params);
@@ -324,6 +353,21 @@ impl BackendLink {
         self.typed(method::TOOLS_LIST, read_params(session, credential), Leg::TurnStart, budget).await
     }
 
+    /// One raw `tools/call` whose device progress goes to `progress` while it
+    /// runs (prefer [`crate::Turn::call_with`]).
+    pub async fn call_with_progress(
+        &self,
+        mut params: CallParams,
+        budget: Duration,
+        progress: ProgressSender,
+    ) -> Result<CallResponse, WireError> {
+        let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        params.meta.progress_token = Some(Value::from(token));
+        lock(&self.inner.state).progress.insert(token, progress);
+        let _route = ProgressRoute { inner: &self.inner, token };
+        self.call(params, budget).await
+    }
+
     /// One raw `tools/call` within `budget` (prefer [`crate::Turn::call`], which re-validates names).
     pub async fn call(&self, params: CallParams, budget: Duration) -> Result<CallResponse, WireError> {
         let value = serde_json::to_value(&params).map_err(|e| {
@@ -337,6 +381,18 @@ impl Drop for BackendLink {
     fn drop(&mut self) {
         self.inner.latch("backend link dropped");
         let _ = self.inner.outbound.try_send(Message::Close(None));
+    }
+}
+
+/// Stops routing a call's progress once the call is over, however it ends.
+struct ProgressRoute<'a> {
+    inner: &'a Inner,
+    token: u64,
+}
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.state).progress.remove(&self.token);
     }
 }
 

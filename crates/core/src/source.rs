@@ -55,6 +55,8 @@ pub struct CallContext<'a> {
     pub deadline: Instant,
     /// The caller's idempotency key, when it gave one.
     pub idempotency_key: Option<&'a str>,
+    /// Where the caller wants progress, when it asked (a source may report none).
+    pub progress: Option<&'a crate::link::ProgressSender>,
 }
 
 impl CallContext<'_> {

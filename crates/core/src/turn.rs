@@ -92,15 +92,28 @@ impl ToolSource for ClientSource<'_> {
                     budget_ms: Some(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)),
                     bound_seq: self.seq(),
                     idempotency_key: ctx.idempotency_key.map(str::to_owned),
+                    progress_token: None, // set by the link when progress is wanted
                 },
             };
-            let response = self.link.call(params, budget).await?;
+            let response = match ctx.progress {
+                Some(progress) => self.link.call_with_progress(params, budget, progress.clone()).await?,
+                None => self.link.call(params, budget).await?,
+            };
             if let Some(fresh) = response.manifest {
                 self.set_manifest(fresh);
             }
             Ok(response.result)
         })
     }
+}
+
+/// How one call runs beyond its name and arguments.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Passed to the device so it can de-duplicate a retried call.
+    pub idempotency_key: Option<String>,
+    /// Where the device's progress goes while the call runs.
+    pub progress: Option<crate::link::ProgressSender>,
 }
 
 /// Where a callable name goes.
@@ -406,6 +419,17 @@ impl<'a> Turn<'a> {
         arguments: Value,
         idempotency_key: Option<String>,
     ) -> Result<CallToolResult, WireError> {
+        self.call_with(name, arguments, CallOptions { idempotency_key, progress: None }).await
+    }
+
+    /// Calls a tool with options: an idempotency key, and where its progress goes.
+    pub async fn call_with(
+        &mut self,
+        name: &str,
+        arguments: Value,
+        options: CallOptions,
+    ) -> Result<CallToolResult, WireError> {
+        let CallOptions { idempotency_key, progress } = options;
         if name == FIND_TOOLS && self.profile.binding == Binding::Discovery {
             return Ok(self.find_tools(&arguments));
         }
@@ -417,6 +441,7 @@ impl<'a> Turn<'a> {
             credential: self.credential.as_deref(),
             deadline: Instant::now() + budget,
             idempotency_key: idempotency_key.as_deref(),
+            progress: progress.as_ref(),
         };
         let outcome = match &gate.route {
             // The link enforces the budget itself, and cleans up its pending entry on expiry.

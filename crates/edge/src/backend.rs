@@ -28,7 +28,7 @@ use tether_contract::mcp;
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
 use crate::hub::Hub;
-use crate::session::Session;
+use crate::session::{ProgressRelay, Session};
 use crate::ws::{write_loop, Outbound};
 
 fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
@@ -149,8 +149,14 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
 }
 
-/// Answers one backend request.
-pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box<RawValue>, WireError> {
+/// Answers one backend request; `link` is the asking link's writer, where a
+/// call's progress goes when the backend asked for it.
+pub async fn handle(
+    hub: &Arc<Hub>,
+    method_name: &str,
+    raw: Value,
+    link: &mpsc::Sender<Outbound>,
+) -> Result<Box<RawValue>, WireError> {
     match method_name {
         method::SESSIONS_LIST => {
             let p: ListParams = params(raw)?;
@@ -206,7 +212,11 @@ pub async fn handle(hub: &Arc<Hub>, method_name: &str, raw: Value) -> Result<Box
                 let _in_flight = hub.call_guard();
                 match session(hub, &p.session) {
                     Ok(s) => match authorize(hub, &s, p.meta.credential.as_deref()) {
-                        Ok(()) => s.call_tool(p).await,
+                        Ok(()) => {
+                            let relay =
+                                p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, link.clone()));
+                            s.call_tool(p, relay).await
+                        }
                         Err(e) => Err(e),
                     },
                     Err(e) => Err(e),
@@ -269,7 +279,7 @@ pub async fn serve_backend<S, W>(
                         let cancels = Arc::clone(&cancels);
                         tracker.spawn(async move {
                             let outcome = tokio::select! {
-                                outcome = handle(&hub, &method, params) => Some(outcome),
+                                outcome = handle(&hub, &method, params, &tx) => Some(outcome),
                                 // Dropping `handle` mid-call tells the device to cancel.
                                 _ = cancelled.cancelled() => None,
                             };

@@ -131,6 +131,10 @@ counters! {
     calls_refused_draining,
     /// Calls refused before reaching the device: no, bad, or another user's credential.
     calls_forbidden,
+    /// Device progress notifications relayed to the backend that asked for them.
+    progress_relayed,
+    /// Device progress notifications dropped: no call in flight with their token, malformed, or not increasing.
+    progress_dropped,
     /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.
     backend_cancels,
     /// Calls the backend cancelled mid-flight (`notifications/cancelled`, or a dropped request); the device was told to cancel.

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::backend::{
-    CallParams, CallResponse, DropReason, DroppedTool, ListChanged, NamePair, RecentCall, SessionClosed,
-    SessionInspect, SessionOpened,
+    CallParams, CallResponse, DropReason, DroppedTool, ListChanged, NamePair, Progress, RecentCall,
+    SessionClosed, SessionInspect, SessionOpened,
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
@@ -57,6 +57,18 @@ struct DeviceCall<'a> {
     arguments: &'a Value,
     #[serde(rename = "_meta")]
     meta: &'a Map<String, Value>,
+}
+
+/// Stops relaying a call's progress once the call is over, however it ends.
+struct ProgressGuard<'a> {
+    session: &'a Session,
+    token: u64,
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.session.link).progress.remove(&self.token);
+    }
 }
 
 /// Cancels a device request whose future was dropped before its outcome.
@@ -102,10 +114,33 @@ struct Late {
     deadline: Instant,
 }
 
+/// Where a device's progress on one call goes: the backend link that asked, under its token.
+#[derive(Debug, Clone)]
+pub struct ProgressRelay {
+    /// The backend's `_meta.progressToken`.
+    pub token: Value,
+    /// The backend link's writer queue.
+    pub out: mpsc::Sender<Outbound>,
+    /// The last progress relayed: MCP's progress only increases.
+    last: Option<f64>,
+}
+
+impl ProgressRelay {
+    /// Relays progress to `out` under the backend's `token`.
+    pub fn new(token: Value, out: mpsc::Sender<Outbound>) -> ProgressRelay {
+        ProgressRelay { token, out, last: None }
+    }
+}
+
+/// Longest progress message relayed, in characters: a status line, not a payload.
+const PROGRESS_MESSAGE_CHARS: usize = 256;
+
 #[derive(Debug, Default)]
 struct Link {
     closed: Option<String>,
     pending: HashMap<u64, Pending>,
+    /// Calls whose backend asked for progress, by the token the device was given.
+    progress: HashMap<u64, ProgressRelay>,
     late: HashMap<u64, Late>,
     late_order: VecDeque<u64>,
 }
@@ -344,11 +379,15 @@ impl Session {
     }
 
     /// Runs one backend `tools/call` against the device, and remembers it for inspection.
-    pub async fn call_tool(&self, params: CallParams) -> Result<CallResponse, WireError> {
+    pub async fn call_tool(
+        &self,
+        params: CallParams,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse, WireError> {
         let started = Instant::now();
         let tool = params.name.clone();
         let span = tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %tool);
-        let outcome = self.call_tool_inner(params).instrument(span).await;
+        let outcome = self.call_tool_inner(params, progress).instrument(span).await;
         let call = RecentCall {
             tool,
             outcome: outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned()),
@@ -387,7 +426,11 @@ impl Session {
         }
     }
 
-    async fn call_tool_inner(&self, params: CallParams) -> Result<CallResponse, WireError> {
+    async fn call_tool_inner(
+        &self,
+        params: CallParams,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse, WireError> {
         let budgets = self.hub.config.budgets;
         let caps = self.caps();
         let Some(applied) = self.manifest.current() else {
@@ -421,6 +464,13 @@ impl Session {
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
         }
+        // The device gets a token of the edge's own; its progress goes back under the backend's.
+        let _progress = progress.map(|relay| {
+            let token = self.next_id.fetch_add(1, Ordering::Relaxed);
+            call_meta.insert(meta::PROGRESS_TOKEN.into(), Value::from(token));
+            lock(&self.link).progress.insert(token, relay);
+            ProgressGuard { session: self, token }
+        });
         let device_params = DeviceCall { name: &original, arguments: &params.arguments, meta: &call_meta };
         let started = Instant::now();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
@@ -853,6 +903,10 @@ impl Session {
             debug!(session = %self.id, "device acknowledged the list_changed subscription");
             return;
         }
+        if method == mcp::method::PROGRESS {
+            self.relay_progress(params);
+            return;
+        }
         if method != method::LIST_CHANGED {
             debug!(session = %self.id, method, "device notification ignored");
             return;
@@ -867,6 +921,44 @@ impl Session {
         }
         // Notify holds one permit: a burst of list_changed coalesces into one re-read.
         self.refresh.notify_one();
+    }
+
+    /// Relays a device's `notifications/progress` to the backend that asked for
+    /// it. Progress for no call in flight, malformed, or not increasing is
+    /// dropped and counted (MCP: progress only increases).
+    fn relay_progress(&self, params: &Value) {
+        let token = params.get(meta::PROGRESS_TOKEN).and_then(Value::as_u64);
+        let progress = params.get("progress").and_then(Value::as_f64).filter(|p| p.is_finite());
+        let total = params.get("total").and_then(Value::as_f64).filter(|t| t.is_finite());
+        let relay = {
+            let mut link = lock(&self.link);
+            match (token.and_then(|t| link.progress.get_mut(&t)), progress) {
+                (Some(relay), Some(p)) if relay.last.is_none_or(|last| p > last) => {
+                    relay.last = Some(p);
+                    Some(relay.clone())
+                }
+                _ => None,
+            }
+        };
+        let (Some(relay), Some(progress)) = (relay, progress) else {
+            EdgeCounters::bump(&self.counters().progress_dropped);
+            debug!(session = %self.id, "device progress dropped: no call in flight with its token, malformed, or not increasing");
+            return;
+        };
+        let message = params
+            .get("message")
+            .and_then(Value::as_str)
+            .map(|m| m.chars().take(PROGRESS_MESSAGE_CHARS).collect::<String>());
+        let note =
+            Progress { session: self.id.clone(), progress_token: relay.token, progress, total, message };
+        let frame =
+            jsonrpc::notification(mcp::method::PROGRESS, &serde_json::to_value(&note).unwrap_or_default());
+        if relay.out.try_send(Outbound::Text(frame)).is_err() {
+            EdgeCounters::bump(&self.counters().outbound_full);
+            debug!(session = %self.id, "progress not relayed: the backend's queue is full or closed");
+            return;
+        }
+        EdgeCounters::bump(&self.counters().progress_relayed);
     }
 
     /// Re-reads the catalog whenever the device says it changed, one read at a time.

@@ -21,11 +21,11 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use tokio_util::sync::{CancellationToken, DropGuard};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use tether_contract::mcp::ToolDeclaration;
 use tether_contract::{ErrorKind, WireError};
-use tether_core::{for_model, Turn};
+use tether_core::{for_model, CallOptions, Turn};
 
 use crate::auth::Scope;
 use crate::devices::{self, Device, Target};
@@ -99,7 +99,7 @@ impl McpServer {
         )
         .await;
         if let Some(e) = turn.degraded() {
-            GatewayMetrics::bump(&shared.metrics.devices_degraded);
+            // Counted by core (`turn_start_fallbacks`, exported with the gateway's counters).
             warn!(session = %device.session, error = %e, "device left out of the MCP tool list: its catalog read failed");
         }
         Read { tools: turn.tools().to_vec(), context: turn.context_block(shared.config.context_bytes) }
@@ -167,14 +167,30 @@ impl McpServer {
         )
         .await;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        // The client asked for progress: the device's reaches it under the client's token.
+        let (progress, relay) = match ctx.meta.get_progress_token() {
+            Some(token) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(PROGRESS_BACKLOG);
+                (Some(tx), Some(tokio::spawn(relay_progress(rx, token, ctx.peer.clone()))))
+            }
+            None => (None, None),
+        };
+        let options = CallOptions { idempotency_key: None, progress };
         let outcome = tokio::select! {
-            outcome = turn.call(&namespaced, arguments) => outcome,
+            outcome = turn.call_with(&namespaced, arguments, options) => outcome,
             () = ctx.ct.cancelled() => {
                 GatewayMetrics::bump(&shared.metrics.calls_cancelled);
                 info!(session = %device.session, tool = %namespaced, "MCP client cancelled a call; the device was told to cancel");
                 Err(WireError::new(ErrorKind::Internal, "cancelled by the client"))
             }
         };
+        // Progress sent before the result goes out before it: once the call is
+        // over its sender is gone, so the relay drains and ends.
+        if let Some(relay) = relay {
+            if tokio::time::timeout(PROGRESS_DRAIN, relay).await.is_err() {
+                debug!(session = %device.session, "progress still relaying at the result; the rest is dropped");
+            }
+        }
         let label = outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned());
         shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
         match outcome {
@@ -218,6 +234,27 @@ impl McpServer {
                 Err(WireError::new(ErrorKind::ToolUnavailable, format!("{name} is on several devices"))
                     .with("available", names))
             }
+        }
+    }
+}
+
+/// Progress notifications a slow MCP client may fall behind by before some are dropped.
+const PROGRESS_BACKLOG: usize = 64;
+/// How long a result waits for the progress before it to reach the client.
+const PROGRESS_DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Forwards a call's device progress to the MCP client until the call ends.
+async fn relay_progress(
+    mut from_device: tokio::sync::mpsc::Receiver<tether_contract::backend::Progress>,
+    token: rmcp::model::ProgressToken,
+    peer: rmcp::Peer<RoleServer>,
+) {
+    while let Some(p) = from_device.recv().await {
+        let mut note = rmcp::model::ProgressNotificationParam::new(token.clone(), p.progress);
+        note.total = p.total;
+        note.message = p.message;
+        if peer.notify_progress(note).await.is_err() {
+            return; // the client went away; the call's own outcome says the rest
         }
     }
 }

@@ -99,7 +99,8 @@ impl Gateway {
                 "the backend link's notifications were taken; MCP clients will not hear list_changed"
             ),
         }
-        let shared = Arc::new(Shared { link, config, events, metrics: GatewayMetrics::default() });
+        let metrics = GatewayMetrics::with_core(link.counters());
+        let shared = Arc::new(Shared { link, config, events, metrics });
         Gateway { shared, shutdown: CancellationToken::new(), edge_gone }
     }
 

@@ -89,3 +89,60 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tether_contract::backend::ListChanged;
+
+    /// A watcher that falls behind the edge's events tells its client to
+    /// re-list rather than guess what it missed.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watcher_that_falls_behind_tells_its_client_to_re_list() {
+        let (ours, _theirs) = tokio::io::duplex(1024);
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            ours,
+            tokio_tungstenite::tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await;
+        let (events, _) = broadcast::channel(2);
+        let link = tether_core::BackendLink::from_stream(ws);
+        let metrics = GatewayMetrics::default();
+        let shared = Arc::new(Shared {
+            link,
+            config: crate::GatewayConfig::default(),
+            events: events.clone(),
+            metrics,
+        });
+        let scope = Scope { token: "t".into(), principal: "mira".into(), sessions: Vec::new(), pinned: None };
+        let notified = Arc::new(AtomicUsize::new(0));
+        let stop = CancellationToken::new();
+        let watcher = {
+            let (notified, stop) = (Arc::clone(&notified), stop.clone());
+            tokio::spawn(watch(Arc::clone(&shared), scope, stop, move || {
+                let notified = Arc::clone(&notified);
+                async move {
+                    notified.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+            }))
+        };
+        tokio::task::yield_now().await; // the watcher subscribes
+        for seq in 1..=5 {
+            // Another user's sessions: only the lag makes the watcher speak.
+            let _ = events.send(Notification::ListChanged(ListChanged { session: format!("x{seq}"), seq }));
+        }
+        for _ in 0..100 {
+            if shared.metrics.get("events_lagged") > 0 {
+                break;
+            }
+            tokio::task::yield_now().await; // bounded: the watcher needs a few polls
+        }
+        stop.cancel();
+        watcher.await.unwrap();
+        assert_eq!(shared.metrics.get("events_lagged"), 1);
+        assert_eq!(notified.load(Ordering::Relaxed), 1, "one re-list for the whole gap");
+    }
+}

@@ -63,6 +63,12 @@ pub enum Behavior {
     Flood,
     /// Answer once the test adds a permit to the gate (a call held in flight on cue).
     Gated(Arc<Semaphore>),
+    /// Report progress `steps` times (1/steps … steps/steps) when the call
+    /// carries a progress token, then answer.
+    Progress {
+        /// How many progress notifications.
+        steps: u32,
+    },
     /// Answer with a JSON-RPC error object instead of a result.
     Reject {
         /// JSON-RPC `error.code`.
@@ -524,6 +530,7 @@ async fn handle_request(
             let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
             let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
             let call_meta = params.get("_meta").cloned().unwrap_or(Value::Null);
+            let progress_token = call_meta.get(meta::PROGRESS_TOKEN).cloned();
             if state.spec.record_calls {
                 lock(&observed.calls).push(ReceivedCall {
                     id: id.clone(),
@@ -583,6 +590,17 @@ async fn handle_request(
                     let _ = out.send(reply(r)).await;
                 }
                 Behavior::Silent => {}
+                Behavior::Progress { steps } => {
+                    for step in 1..=steps {
+                        if let Some(token) = &progress_token {
+                            let params = json!({"progressToken": token, "progress": step, "total": steps, "message": format!("step {step} of {steps}")});
+                            let _ = out
+                                .send(Message::text(jsonrpc::notification(method::PROGRESS, &params)))
+                                .await;
+                        }
+                    }
+                    let _ = out.send(reply(echo(state.seq_meta()))).await;
+                }
                 Behavior::Disconnect => return false,
                 Behavior::Navigate { tools } => {
                     state.navigate(tools);

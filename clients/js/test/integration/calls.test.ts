@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { CallAbortedError, ToolError, type CallEnd, type TetherClient, type Tool, type ToolContext } from '../../dist/node.js';
-import { rpcError } from '../helpers/backend.js';
+import { rpcError, type Notification } from '../helpers/backend.js';
 import { Fixture } from '../helpers/fixture.js';
-import { deferred, nextEvent, withTimeout } from '../helpers/wait.js';
+import { deferred, nextEvent, until, withTimeout } from '../helpers/wait.js';
 
 const obj = { type: 'object' } as const;
 
@@ -93,6 +93,16 @@ describe('calls', () => {
       },
     },
     {
+      name: 'syncPages',
+      description: 'Syncs three pages, reporting progress after each of the first two.',
+      inputSchema: obj,
+      handler: (_args, ctx) => {
+        ctx.progress(1, 3, 'page 1 of 3');
+        ctx.progress(2, 3, 'page 2 of 3');
+        return 'synced 3 pages';
+      },
+    },
+    {
       name: 'exportReport',
       description: 'Returns a report too large for one result.',
       inputSchema: obj,
@@ -111,7 +121,7 @@ describe('calls', () => {
     const m = await fx.backend.tools(session);
     assert.deepEqual(
       m.tools.map((t) => t.name).sort(),
-      ['client__crash', 'client__export_report', 'client__get_weather', 'client__print_label', 'client__scan_barcode', 'client__wait_for_cancel', 'client__wait_forever'],
+      ['client__crash', 'client__export_report', 'client__get_weather', 'client__print_label', 'client__scan_barcode', 'client__sync_pages', 'client__wait_for_cancel', 'client__wait_forever'],
     );
     assert.equal(m.instructions, 'A test app.');
     assert.deepEqual(m.concept, { app: 'Test', nouns: ['weather'] });
@@ -171,6 +181,21 @@ describe('calls', () => {
     const end = await ended;
     assert.equal(end.outcome, 'timeout');
     assert.equal(end.code, 'device_timeout');
+  });
+
+  test('progress the handler reports reaches the backend that asked, under its progressToken and with the session', async () => {
+    // Bounded well under 5 s in all: an edge that does not relay progress fails this fast.
+    const r = await withTimeout(fx.call(session, 'client__sync_pages', {}, { progressToken: 'p-7' }), 2_000, 'the sync_pages result');
+    assert.deepEqual(r.result.content, [{ type: 'text', text: 'synced 3 pages' }]);
+    const mine = (): Notification[] =>
+      fx.backend.notifications.filter((n) => n.method === 'notifications/progress' && n.params['progressToken'] === 'p-7');
+    await until(() => (mine().length >= 2 ? true : undefined), 2_500, 'two notifications/progress for p-7 on the backend link');
+    const got = mine();
+    assert.deepEqual(got.map((n) => n.params['progress']), [1, 2]);
+    for (const n of got) {
+      assert.equal(n.params['total'], 3);
+      assert.equal(n.params['session'], session);
+    }
   });
 
   test('a result over the result cap fails locally and is never sent', async () => {
