@@ -154,6 +154,36 @@ fn the_agent_examples_get_calls_through_over_mcp() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// `tether gateway`: the MCP endpoint apart from a private edge. The Python
+/// agent gets its turn through it exactly as through the edge's own `/mcp`.
+#[test]
+fn the_gateway_serves_the_mcp_endpoint_apart_from_the_edge() {
+    let data = data_dir("gateway");
+    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    let edge = listening.strip_prefix("listening on ").unwrap().to_owned();
+    let (serving, _gateway) =
+        spawn_until_line(&data, &["gateway", "--edge", &edge, "--listen", "127.0.0.1:0"]);
+    let mcp = serving
+        .strip_prefix("MCP endpoint on ")
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    assert!(mcp.starts_with("http://127.0.0.1:") && mcp.ends_with("/mcp"), "{serving}");
+    let (_, _device) = spawn_until_line(&data, &["sim-device", "--edge", &edge]);
+    let token =
+        String::from_utf8(run(&data, &["token", "--sub", "mira", "--aud", "tether-client"]).stdout).unwrap();
+    let agent = format!("{}/examples/python-agent/agent.py", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(common::python())
+        .args([agent.as_str(), "--url", &mcp, "--token", token.trim()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"), "{said}");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 #[test]
 fn token_is_signed_with_the_same_secret_the_edge_uses() {
     let data = data_dir("token");
