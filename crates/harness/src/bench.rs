@@ -46,6 +46,8 @@ pub enum Target {
     Bare,
     /// tether.
     Tether,
+    /// tether through its MCP endpoint (`/mcp`), driven by the official Rust MCP client.
+    TetherMcp,
 }
 
 impl Target {
@@ -54,7 +56,12 @@ impl Target {
             Target::BareDefault => "bare (128 KiB buffers)",
             Target::Bare => "bare (4 KiB buffers)",
             Target::Tether => "tether",
+            Target::TetherMcp => "tether via /mcp",
         }
+    }
+
+    fn is_tether(self) -> bool {
+        matches!(self, Target::Tether | Target::TetherMcp)
     }
 }
 
@@ -77,7 +84,7 @@ impl Server {
     fn start(exe: &PathBuf, target: Target) -> Result<Server, String> {
         let mut cmd = Command::new(exe);
         match target {
-            Target::Tether => {
+            Target::Tether | Target::TetherMcp => {
                 let dir = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
                 // The bench's devices share one principal; lift the per-principal limit.
                 let config = dir.join("bench.toml");
@@ -269,14 +276,18 @@ async fn throughput(
     if reread {
         spec.default_behavior = Behavior::Mixed(Arc::new(FaultMix::parse("navigate=1", 1)?));
     }
-    let devices =
-        connect_devices(&server.url, &device_token, sessions, &spec, target != Target::Tether).await;
+    let devices = connect_devices(&server.url, &device_token, sessions, &spec, !target.is_tether()).await;
     let ids: Arc<Vec<String>> = Arc::new(devices.iter().map(|(_, id)| id.clone()).collect());
     let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
-    if target == Target::Tether {
+    if target.is_tether() {
         wait_listed(&link, &device_token, ids.len()).await;
     }
-    let name = if target == Target::Tether { "client__op" } else { "op" };
+    let mcp = if target == Target::TetherMcp {
+        Some(Arc::new(McpDriver::connect(&server.url, &device_token, &ids, in_flight).await?))
+    } else {
+        None
+    };
+    let name = if target.is_tether() { "client__op" } else { "op" };
     // The devices run as the device token's principal: it is also the turns' user credential.
     let credential: Arc<str> = Arc::from(device_token.as_str());
     let calls = Arc::new(AtomicU64::new(0));
@@ -287,7 +298,7 @@ async fn throughput(
     for w in 0..in_flight {
         let (link, ids, calls, errors) =
             (Arc::clone(&link), Arc::clone(&ids), Arc::clone(&calls), Arc::clone(&errors));
-        let (credential, extra) = (Arc::clone(&credential), Arc::clone(&extra));
+        let (credential, extra, mcp) = (Arc::clone(&credential), Arc::clone(&extra), mcp.clone());
         workers.spawn(async move {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).ok();
             let mut i = w;
@@ -311,7 +322,10 @@ async fn throughput(
                         ..CallMeta::default()
                     },
                 };
-                let ok = link.call(params, Duration::from_secs(12)).await.is_ok();
+                let ok = match &mcp {
+                    Some(mcp) => mcp.call(w, params.arguments).await,
+                    None => link.call(params, Duration::from_secs(12)).await.is_ok(),
+                };
                 if now >= warmup {
                     if ok {
                         calls.fetch_add(1, Ordering::Relaxed);
@@ -351,6 +365,49 @@ async fn throughput(
         p99_us: all.value_at_quantile(0.99),
         cpu_us_per_call: if n > 0 { cpu * 1e6 / n as f64 } else { 0.0 },
     })
+}
+
+/// MCP clients on `/mcp`, one per worker, each pinned to one device
+/// (`/mcp/sessions/{id}`): an agent serving one user's device, as most do.
+struct McpDriver {
+    clients: Vec<(rmcp::service::RunningService<rmcp::RoleClient, ()>, String)>,
+}
+
+impl McpDriver {
+    async fn connect(
+        edge: &str,
+        token: &str,
+        sessions: &[String],
+        workers: usize,
+    ) -> Result<McpDriver, String> {
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::ServiceExt;
+        // reqwest needs a TLS provider chosen even for http://; ring, as the edge uses.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // A pooled client: rmcp's default opens a connection per request, which would
+        // measure TCP setup instead of the endpoint.
+        let http = reqwest::Client::builder().build().map_err(|e| e.to_string())?;
+        let base = edge.replace("ws://", "http://");
+        let mut clients = Vec::new();
+        for w in 0..workers.min(sessions.len().max(1)) {
+            let Some(session) = sessions.get(w % sessions.len().max(1)) else { break };
+            let url = format!("{base}/mcp/sessions/{session}");
+            let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
+            let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+            let client = ().serve(transport).await.map_err(|e| format!("MCP client: {e}"))?;
+            clients.push((client, session.clone()));
+        }
+        Ok(McpDriver { clients })
+    }
+
+    /// One `tools/call` through the endpoint on worker `w`'s client; true when it succeeded.
+    async fn call(&self, w: usize, arguments: Value) -> bool {
+        let Some((client, _)) = self.clients.get(w % self.clients.len().max(1)) else { return false };
+        let Value::Object(arguments) = arguments else { return false };
+        let params = rmcp::model::CallToolRequestParams::new("client__op").with_arguments(arguments);
+        matches!(client.call_tool(params).await, Ok(r) if r.is_error != Some(true))
+    }
 }
 
 /// Idle memory per session.
@@ -478,6 +535,13 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, String> {
     for target in [Target::Bare, Target::Tether] {
         eprintln!("bench: {} with a checked input schema", target.name());
         rows.push(throughput(&cfg, target, 100, 64, false, true).await?);
+    }
+    // The MCP endpoint beside the native backend link, same load, same run.
+    for in_flight in [1, 64] {
+        for target in [Target::Tether, Target::TetherMcp] {
+            eprintln!("bench: {} sessions=100 in_flight={in_flight} (MCP endpoint pair)", target.name());
+            rows.push(throughput(&cfg, target, 100, in_flight, false, false).await?);
+        }
     }
     let mut idle_rows = Vec::new();
     for target in [Target::BareDefault, Target::Bare, Target::Tether] {
