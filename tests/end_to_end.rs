@@ -444,6 +444,10 @@ async fn only_the_sessions_user_or_an_operator_can_read_it() {
         assert_eq!(ids, [own.as_str()], "{user}");
     }
     assert_eq!(link.list_tools(&mira, &common::user("mira"), budget).await.unwrap().tools.len(), 1);
+    // Narrowed to one session: only if it is the reader's.
+    let own = link.session_info(&mira, &common::user("mira"), budget).await.unwrap();
+    assert_eq!((own.sessions.len(), own.reader.unwrap().principal.as_str()), (1, "mira"));
+    assert!(link.session_info(&leo, &common::user("mira"), budget).await.unwrap().sessions.is_empty());
 
     // An operator reads every session, and each use leaves a line in the log.
     let (both, logs) = common::capture_logs(async {

@@ -85,6 +85,10 @@ pub struct ReadMeta {
 /// Params of `sessions/list`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListParams {
+    /// Only this session (if the reader may see it): a caller bound to one
+    /// device asks for it alone instead of every session its user has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// Whose sessions: a user sees their own, an operator every one.
     #[serde(default, rename = "_meta")]
     pub meta: ReadMeta,

@@ -322,6 +322,18 @@ impl BackendLink {
         self.typed(method::SESSIONS_LIST, params, Leg::TurnStart, budget).await
     }
 
+    /// [`BackendLink::sessions`] narrowed to one session: empty when it is not
+    /// connected or not the credential's to read. The reader is named either way.
+    pub async fn session_info(
+        &self,
+        session: &str,
+        credential: &str,
+        budget: Duration,
+    ) -> Result<SessionsList, WireError> {
+        let params = json!({ "session": session, "_meta": { "credential": credential } });
+        self.typed(method::SESSIONS_LIST, params, Leg::TurnStart, budget).await
+    }
+
     /// Starts a turn against `session` for its user.
     pub async fn begin_turn(
         &self,

@@ -161,8 +161,11 @@ pub async fn handle(
         method::SESSIONS_LIST => {
             let p: ListParams = params(raw)?;
             let reader = Reader::verify(hub, method_name, p.meta.credential.as_deref())?;
-            let sessions = hub
-                .sessions()
+            let candidates = match &p.session {
+                Some(id) => hub.session(id).into_iter().collect(),
+                None => hub.sessions(),
+            };
+            let sessions = candidates
                 .into_iter()
                 .filter(|s| reader.sees(s))
                 .map(|s| {

@@ -94,7 +94,13 @@ pub(crate) async fn authenticate(
         GatewayMetrics::bump(&shared.metrics.unauthenticated);
         return challenge(&shared, &headers, None, StatusCode::UNAUTHORIZED, "a bearer token is required");
     };
-    let listed = shared.link.sessions(&token, shared.config.budgets.turn_start).await;
+    let pinned = pinned(request.uri().path());
+    let budget = shared.config.budgets.turn_start;
+    // A pinned path asks about its one session, not every session the user has.
+    let listed = match &pinned {
+        Some(id) => shared.link.session_info(id, &token, budget).await,
+        None => shared.link.sessions(&token, budget).await,
+    };
     let list = match listed {
         Ok(list) => list,
         Err(e) if matches!(e.kind, ErrorKind::Unauthenticated | ErrorKind::Forbidden) => {
@@ -135,7 +141,6 @@ pub(crate) async fn authenticate(
             "an operator credential reads sessions; it calls no tools",
         );
     }
-    let pinned = pinned(request.uri().path());
     let mut sessions = list.sessions;
     if let Some(id) = &pinned {
         sessions.retain(|s| &s.session == id);

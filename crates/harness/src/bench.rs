@@ -351,6 +351,9 @@ async fn throughput(
     }
     let cpu = server.cpu_seconds() - cpu0;
     let n = calls.load(Ordering::Relaxed);
+    if let Some(mcp) = mcp.and_then(Arc::into_inner) {
+        mcp.close().await; // while the server still answers the sessions' DELETE
+    }
     drop(devices);
     Ok(Row {
         target,
@@ -399,6 +402,13 @@ impl McpDriver {
             clients.push((client, session.clone()));
         }
         Ok(McpDriver { clients })
+    }
+
+    /// Ends every MCP session.
+    async fn close(self) {
+        for (client, _) in self.clients {
+            let _ = client.cancel().await;
+        }
     }
 
     /// One `tools/call` through the endpoint on worker `w`'s client; true when it succeeded.
