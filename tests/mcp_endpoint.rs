@@ -35,9 +35,11 @@ impl McpEdge {
     }
 
     async fn start_with(config: EdgeConfig) -> McpEdge {
+        let issuer = config.identity.as_ref().and_then(|idp| idp.issuer.clone());
         let edge = Edge::bind(config).await.unwrap();
         let addr = edge.local_addr().unwrap();
-        let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), GatewayConfig::default()).await;
+        let gateway_config = GatewayConfig { issuer, ..GatewayConfig::default() };
+        let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), gateway_config).await;
         let edge = edge.mount(gateway.router());
         let (hub, shutdown, drain) = (edge.hub(), edge.shutdown_token(), edge.drain_token());
         let task = Some(tokio::spawn(edge.run()));
@@ -369,4 +371,46 @@ async fn a_gateway_without_its_edge_answers_503_at_once() {
     assert!(answered.to_ascii_lowercase().contains("retry-after: 1"), "{answered}");
     assert_eq!(gateway.metrics().get("edge_unavailable"), 1);
     stop.cancel();
+}
+
+/// The user's identity-provider token (RS256 against a JWKS) is verified for
+/// the MCP client exactly as for the device; the metadata names the issuer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_provider_token_reaches_the_users_devices() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let keys = format!("{}/proto-fixtures/test-keys", env!("CARGO_MANIFEST_DIR"));
+    let mut idp = tether_edge::idp::IdpConfig::new(tether_edge::idp::JwksSource::File(
+        format!("{keys}/rsa-a.jwks.json").into(),
+    ));
+    idp.issuer = Some("https://idp.test/".into());
+    idp.client_audience = "tether-app".into();
+    let mut config = test_config();
+    config.identity = Some(idp);
+    let mcp = McpEdge::start_with(config).await;
+    let pem = std::fs::read_to_string(format!("{keys}/rsa-a.pem")).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let token = |sub: &str| {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("test-rsa-a".into());
+        let claims = json!({"sub": sub, "aud": "tether-app", "iss": "https://idp.test/", "exp": now + 600, "iat": now});
+        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap()).unwrap()
+    };
+    let mut device = SimDevice::connect(&mcp.edge.url, &token("mira"), DeviceSpec::fieldkit()).await.unwrap();
+    device.ready().await.unwrap();
+    let listed = Sdk::PythonModern.observe("list", &mcp.mcp, &token("mira"), &[]).await;
+    assert_eq!(names(&listed).len(), 10, "{listed}");
+    assert_eq!(names(&Sdk::TypeScript.observe("list", &mcp.mcp, &token("leo"), &[]).await).len(), 0);
+
+    let metadata = mcp.mcp.replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
+    let addr = metadata.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let path = metadata.trim_start_matches("http://").trim_start_matches(addr.as_str()).to_owned();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let document: Value = serde_json::from_str(out.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(document["authorization_servers"], json!(["https://idp.test/"]));
+    assert_eq!(document["resource"], json!(mcp.mcp));
 }
