@@ -271,6 +271,27 @@ async fn a_manifest_swap_mid_turn_reaches_the_client_as_list_changed() {
     assert!(mcp.gateway.metrics().get("list_changed_sent") >= 3);
 }
 
+/// A device that goes away takes its tools away the same way: list_changed,
+/// and the re-list no longer has them (the one left keeps its plain names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_disconnects_takes_its_tools_away_with_list_changed() {
+    let mcp = McpEdge::start().await;
+    let (_stays, _) = mcp.device("mira", DeviceSpec::fieldkit()).await;
+    let mira = common::user("mira");
+    for sdk in ALL {
+        let leaving = DeviceSpec::minimal(vec![tool("bye")]).with("bye", Behavior::Disconnect);
+        let (_leaves, _) = mcp.device("mira", leaving).await;
+        let seen = sdk.observe("list_changed", &mcp.mcp, &mira, &["sim_device__client__bye", "{}"]).await;
+        assert_eq!(seen["notified"], json!(true), "{sdk:?}: {seen}");
+        let tools = names(&seen);
+        assert_eq!(tools.len(), 10, "{sdk:?}: only the device that stayed: {tools:?}");
+        assert!(
+            tools.iter().all(|t| t.starts_with("client__")),
+            "{sdk:?}: one device, plain names: {tools:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_is_cancelled_on_the_device() {
     let mcp = McpEdge::start().await;
