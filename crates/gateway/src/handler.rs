@@ -88,16 +88,18 @@ fn is_error(err: &WireError) -> CallToolResult {
 }
 
 impl McpServer {
+    /// A core turn on `device` for the scope's user: the catalog read, names
+    /// re-validated, the profile applied, schemas compiled.
+    async fn turn(&self, scope: &Scope, device: &Device) -> Turn<'_> {
+        let shared = &self.shared;
+        let profile = Arc::clone(&shared.config.profile);
+        Turn::begin_scoped(&shared.link, &device.session, Some(&scope.token), shared.config.budgets, profile)
+            .await
+    }
+
     async fn read(&self, scope: &Scope, device: &Device) -> Read {
         let shared = &self.shared;
-        let turn = Turn::begin_scoped(
-            &shared.link,
-            &device.session,
-            Some(&scope.token),
-            shared.config.budgets,
-            Arc::clone(&shared.config.profile),
-        )
-        .await;
+        let turn = self.turn(scope, device).await;
         if let Some(e) = turn.degraded() {
             // Counted by core (`turn_start_fallbacks`, exported with the gateway's counters).
             warn!(session = %device.session, error = %e, "device left out of the MCP tool list: its catalog read failed");
@@ -158,14 +160,7 @@ impl McpServer {
             ));
         };
         let shared = &self.shared;
-        let mut turn = Turn::begin_scoped(
-            &shared.link,
-            &device.session,
-            Some(&scope.token),
-            shared.config.budgets,
-            Arc::clone(&shared.config.profile),
-        )
-        .await;
+        let mut turn = self.turn(scope, &device).await;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         // The client asked for progress: the device's reaches it under the client's token.
         let (progress, relay) = match ctx.meta.get_progress_token() {
