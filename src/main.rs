@@ -231,7 +231,7 @@ async fn mount_mcp(edge: Edge, issuer: Option<String>) -> Edge {
         stop_streams.cancel();
     });
     edge.hub().metrics.also_render(move || gateway.metrics().render());
-    edge.mount(routes)
+    edge.mount(routes, |response| response.extensions().get::<tether_gateway::Authenticated>().is_some())
 }
 
 #[derive(Subcommand)]

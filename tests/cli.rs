@@ -43,6 +43,24 @@ fn spawn_until_line(data: &Path, args: &[&str]) -> (String, Proc) {
     (line.trim().to_owned(), Proc(child))
 }
 
+/// Runs `cmd` to completion, killing it (and failing the test) past `limit`.
+fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child =
+        Proc(cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let tick = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(waited < limit, "{cmd:?} did not finish within {limit:?}");
+        std::thread::sleep(tick); // polling a child process: there is no event to wait on
+        waited += tick;
+    }
+    let mut out = Output { status: child.0.wait().unwrap(), stdout: Vec::new(), stderr: Vec::new() };
+    use std::io::Read;
+    child.0.stdout.take().unwrap().read_to_end(&mut out.stdout).unwrap();
+    child.0.stderr.take().unwrap().read_to_end(&mut out.stderr).unwrap();
+    out
+}
+
 fn run(data: &Path, args: &[&str]) -> Output {
     tether(data).args(args).output().unwrap()
 }
@@ -134,12 +152,10 @@ fn the_agent_examples_get_calls_through_over_mcp() {
         let (_, _device) = spawn_until_line(&data, &["sim-device", "--edge", &edge, "--sub", user]);
         let token = String::from_utf8(run(&data, &["token", "--sub", user, "--aud", "tether-client"]).stdout)
             .unwrap();
-        let out = Command::new(&program)
-            .arg(&script)
-            .args(["--url", &mcp, "--token", token.trim()])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = output_within(
+            Command::new(&program).arg(&script).args(["--url", &mcp, "--token", token.trim()]),
+            Duration::from_secs(120),
+        );
         let said = String::from_utf8_lossy(&out.stdout);
         let why = format!("{program} {script}:\n{said}\n{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "{why}");
@@ -173,11 +189,10 @@ fn the_gateway_serves_the_mcp_endpoint_apart_from_the_edge() {
     let token =
         String::from_utf8(run(&data, &["token", "--sub", "mira", "--aud", "tether-client"]).stdout).unwrap();
     let agent = format!("{}/examples/python-agent/agent.py", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(common::python())
-        .args([agent.as_str(), "--url", &mcp, "--token", token.trim()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(common::python()).args([agent.as_str(), "--url", &mcp, "--token", token.trim()]),
+        Duration::from_secs(120),
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"), "{said}");

@@ -527,6 +527,40 @@ async fn a_devices_progress_reaches_the_caller_that_asked_for_it() {
     assert_eq!(link.counters().get("progress_dropped"), 0);
 }
 
+/// A backend that leaves with calls in flight cancels them on the devices (no
+/// one will read their outcomes); an id already in flight is refused, since
+/// cancelling by it would be ambiguous.
+#[tokio::test]
+async fn a_backend_that_leaves_cancels_its_calls_and_ids_in_flight_are_unique() {
+    let edge = LiveEdge::start().await;
+    let spec = DeviceSpec::minimal(vec![tool("wait")]).with("wait", Behavior::Silent);
+    let (dev, session) = edge.device(spec).await;
+    let mut req = format!("{}/v1/backend", edge.url).into_client_request().unwrap();
+    let service = keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {service}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "session": session, "name": "client__wait", "arguments": {},
+        "_meta": {"credential": common::user("mira")}}});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    wait_until(|| dev.observed.calls().len() == 1).await;
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    let refused: Value = loop {
+        if let Some(Ok(Message::Text(t))) = ws.next().await {
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v.get("id").is_some() {
+                break v;
+            }
+        }
+    };
+    assert_eq!(refused["error"]["data"]["kind"], json!("invalid_request"), "{refused}");
+    assert_eq!(dev.observed.calls().len(), 1, "the duplicate never reached the device");
+    drop(ws);
+    wait_until(|| dev.observed.cancels().len() == 1).await;
+    assert_eq!(dev.observed.cancels()[0]["reason"], json!("the caller cancelled this call"));
+    assert_eq!(edge.hub.counters().get("calls_cancelled"), 1);
+}
+
 #[tokio::test]
 async fn the_origin_allowlist_matches_exactly() {
     let mut config = common::test_config();

@@ -40,7 +40,8 @@ impl McpEdge {
         let addr = edge.local_addr().unwrap();
         let gateway_config = GatewayConfig { issuer, ..GatewayConfig::default() };
         let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), gateway_config).await;
-        let edge = edge.mount(gateway.router());
+        let edge =
+            edge.mount(gateway.router(), |r| r.extensions().get::<tether_gateway::Authenticated>().is_some());
         let (hub, shutdown, drain) = (edge.hub(), edge.shutdown_token(), edge.drain_token());
         let task = Some(tokio::spawn(edge.run()));
         let live = LiveEdge { url: format!("ws://{addr}"), hub, shutdown, drain, task };
@@ -165,6 +166,44 @@ async fn post_initialize(url: &str, authorization: Option<&str>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A raw POST on an existing MCP session.
+async fn post_with(url: &str, token: &str, session: &str, body: &str) -> String {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A public route (the metadata) does not make a connection "authenticated";
+/// an authenticated request does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_authenticated_request_frees_a_connections_stranger_slot() {
+    let mcp = McpEdge::start().await;
+    let addr = mcp.mcp.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let get = format!("GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    conn.write_all(get.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = conn.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(mcp.edge.hub.unauthenticated_from(ip), 1, "the metadata is public: still a stranger");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let post = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{body}",
+        common::user("mira"),
+        body.len()
+    );
+    conn.write_all(post.as_bytes()).await.unwrap();
+    wait_until(|| mcp.edge.hub.unauthenticated_from(ip) == 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_token_or_a_bad_one_is_401_and_another_users_devices_stay_invisible() {
     let mcp = McpEdge::start().await;
@@ -204,6 +243,30 @@ async fn no_token_or_a_bad_one_is_401_and_another_users_devices_stay_invisible()
         "{refused}"
     );
     assert_eq!(mcp.gateway.metrics().get("forbidden"), 1);
+
+    // An MCP session answers only the user who opened it, whatever token comes with its id.
+    let opened = post_initialize(&mcp.mcp, Some(&format!("Bearer {}", common::user("mira")))).await;
+    let session = opened
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id: ").map(|v| v.trim().to_owned()))
+        .unwrap_or_else(|| panic!("no session id: {opened}"));
+    let hijack = post_with(
+        &mcp.mcp,
+        &common::user("leo"),
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    )
+    .await;
+    assert!(hijack.starts_with("HTTP/1.1 404"), "{hijack}");
+    assert_eq!(mcp.gateway.metrics().get("forbidden"), 2);
+    let own = post_with(
+        &mcp.mcp,
+        &common::user("mira"),
+        &session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert!(own.starts_with("HTTP/1.1 202"), "{own}");
 
     // leo is a real user with no devices: he sees no tools, and mira's are not his to call.
     let leo = common::user("leo");

@@ -73,6 +73,25 @@ async fn the_port_speaks_plain_http_with_a_bounded_head() {
     wait_until(|| edge.hub.unauthenticated_from("127.0.0.1".parse().unwrap()) == 0).await;
 }
 
+/// Only a connection that never sent a request head counts as slowloris: an
+/// idle keep-alive connection closed at the same deadline does not.
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_but_not_counted_as_slowloris() {
+    let mut config = common::test_config();
+    config.handshake_timeout = Duration::from_millis(300);
+    let edge = LiveEdge::start_with(config).await;
+    let addr = edge.url.trim_start_matches("ws://").to_owned();
+    let mut kept = TcpStream::connect(&addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    // The edge closes the idle connection at the head deadline: read to that end.
+    tokio::time::timeout(Duration::from_secs(10), kept.read_to_end(&mut out)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"), "served first");
+    assert_eq!(edge.hub.counters().get("handshake_timeouts"), 0, "idle after a request is not slowloris");
+    let _silent = TcpStream::connect(&addr).await.unwrap();
+    wait_until(|| edge.hub.counters().get("handshake_timeouts") == 1).await;
+}
+
 #[tokio::test]
 async fn health_readiness_and_metrics_share_the_websocket_port() {
     let edge = LiveEdge::start().await;

@@ -149,13 +149,13 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
         .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode result: {e}")))
 }
 
-/// Answers one backend request; `link` is the asking link's writer, where a
-/// call's progress goes when the backend asked for it.
+/// Answers one backend request; `writer` is the asking link's outbound queue,
+/// where a call's progress goes when the backend asked for it.
 pub async fn handle(
     hub: &Arc<Hub>,
     method_name: &str,
     raw: Value,
-    link: &mpsc::Sender<Outbound>,
+    writer: &mpsc::Sender<Outbound>,
 ) -> Result<Box<RawValue>, WireError> {
     match method_name {
         method::SESSIONS_LIST => {
@@ -217,7 +217,7 @@ pub async fn handle(
                     Ok(s) => match authorize(hub, &s, p.meta.credential.as_deref()) {
                         Ok(()) => {
                             let relay =
-                                p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, link.clone()));
+                                p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
                             s.call_tool(p, relay).await
                         }
                         Err(e) => Err(e),
@@ -271,6 +271,13 @@ pub async fn serve_backend<S, W>(
                     Ok(Frame::Request { id, .. }) if tracker.len() >= hub.config.backend_max_in_flight => {
                         EdgeCounters::bump(&hub.counters().backend_requests_refused);
                         let err = WireError::new(ErrorKind::Overloaded, "too many requests in flight on this link");
+                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                    }
+                    Ok(Frame::Request { id, .. }) if cancels.contains_key(&id.to_string()) => {
+                        // Its cancellation would be ambiguous: ids name one request in flight.
+                        EdgeCounters::bump(&hub.counters().bad_frames);
+                        hub.metrics.frame_refused("duplicate_id");
+                        let err = WireError::new(ErrorKind::InvalidRequest, "a request with this id is already in flight on this link");
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
                     }
                     Ok(Frame::Request { id, method, params }) => {
@@ -350,6 +357,13 @@ pub async fn serve_backend<S, W>(
                 close = (CloseCode::Away, "edge shutting down");
                 break;
             }
+        }
+    }
+    if !shutdown.is_cancelled() && !cancels.is_empty() {
+        // The backend left: nobody waits for these outcomes, so the devices stop the work.
+        warn!(%principal, in_flight = cancels.len(), "backend link closed with requests in flight; cancelling them");
+        for entry in cancels.iter() {
+            entry.value().cancel();
         }
     }
     // Let calls in flight deliver their outcomes (sessions fail them at once on shutdown).

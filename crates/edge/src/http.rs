@@ -29,7 +29,8 @@ use crate::counters::EdgeCounters;
 use crate::hub::{Hub, IpSlot};
 use crate::upgrade::{self, Route};
 
-/// Largest request head the edge reads before answering 431.
+/// Largest request head the edge reads before answering 431. Also hyper's
+/// smallest allowed read buffer: lower, and hyper panics on every connection.
 pub const MAX_HEAD: usize = 8 * 1024;
 
 /// What every handler on the edge's port shares.
@@ -44,9 +45,9 @@ pub(crate) struct Door {
 /// One connection's claim on its address's not-yet-authenticated slots.
 ///
 /// The connection holds it until it authenticates: a WebSocket upgrade, or a
-/// mounted route answering anything but 401/403. Then it frees, so a backend
-/// with many authenticated connections from one address is not counted as a
-/// flood of strangers.
+/// mounted route whose response the mount's predicate says it authenticated.
+/// Then it frees, so a backend with many authenticated connections from one
+/// address is not counted as a flood of strangers.
 #[derive(Debug, Clone)]
 pub(crate) struct Unauthenticated(Arc<Mutex<Option<IpSlot>>>);
 
@@ -61,9 +62,15 @@ impl Unauthenticated {
     }
 }
 
+/// Whether a mounted route's response shows its request was authenticated.
+pub type AuthenticatedBy = fn(&Response) -> bool;
+
 /// The router for the edge's port: its own routes plus `mounted`.
-pub(crate) fn router(door: Door, mounted: Router) -> Router {
-    let mounted = mounted.layer(axum::middleware::from_fn(authenticated_on_success));
+pub(crate) fn router(door: Door, mounted: Router, authenticated: AuthenticatedBy) -> Router {
+    let mounted =
+        mounted.layer(axum::middleware::from_fn(move |request: Request, next: axum::middleware::Next| {
+            release_when_authenticated(request, next, authenticated)
+        }));
     Router::new()
         .route("/healthz", get(|| async { text(StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
@@ -107,11 +114,16 @@ async fn not_found(State(door): State<Door>) -> Response {
     )
 }
 
-/// A mounted route that answers anything but 401/403 authenticated its connection.
-async fn authenticated_on_success(request: Request, next: axum::middleware::Next) -> Response {
+/// Frees the connection's stranger slot once a mounted route authenticated it
+/// (a public route, like a metadata document, never does).
+async fn release_when_authenticated(
+    request: Request,
+    next: axum::middleware::Next,
+    authenticated: AuthenticatedBy,
+) -> Response {
     let slot = request.extensions().get::<Unauthenticated>().cloned();
     let response = next.run(request).await;
-    if !matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+    if authenticated(&response) {
         if let Some(slot) = slot {
             slot.authenticated();
         }

@@ -58,6 +58,7 @@ pub struct Edge {
     shutdown: CancellationToken,
     drain: CancellationToken,
     mounted: Router,
+    authenticated: crate::http::AuthenticatedBy,
     sockets: TaskTracker,
 }
 
@@ -86,17 +87,19 @@ impl Edge {
             shutdown: CancellationToken::new(),
             drain: CancellationToken::new(),
             mounted: Router::new(),
+            authenticated: |_| false,
             sockets: TaskTracker::new(),
         })
     }
 
     /// Serves `routes` on the edge's port beside its own (the MCP endpoint).
     ///
-    /// A mounted route that answers anything but 401/403 marks its connection
-    /// authenticated, so it stops counting against its address's limit on
-    /// unauthenticated connections.
-    pub fn mount(mut self, routes: Router) -> Edge {
+    /// `authenticated` says from a response whether its request proved who it
+    /// is; such a connection stops counting against its address's limit on
+    /// unauthenticated connections (a public route never should).
+    pub fn mount(mut self, routes: Router, authenticated: crate::http::AuthenticatedBy) -> Edge {
         self.mounted = self.mounted.merge(routes);
+        self.authenticated = authenticated;
         self
     }
 
@@ -152,7 +155,7 @@ impl Edge {
             shutdown: self.shutdown.clone(),
             sockets: self.sockets.clone(),
         };
-        let router = crate::http::router(door.clone(), self.mounted);
+        let router = crate::http::router(door.clone(), self.mounted, self.authenticated);
         if let Some(idp) = self.hub.auth.idp() {
             idp.spawn_refresher(self.shutdown.clone());
         }
@@ -221,7 +224,11 @@ async fn connection(stream: TcpStream, peer: SocketAddr, door: Door, router: Rou
     };
     let unauthenticated = Unauthenticated::new(slot);
     let per_request = unauthenticated.clone();
+    // A head timeout on a connection that already served a request is an idle keep-alive closing, not slowloris.
+    let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::clone(&served);
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        seen.store(true, std::sync::atomic::Ordering::Relaxed);
         request.extensions_mut().insert(per_request.clone());
         let mut router = router.clone();
         async move { router.call(request.map(axum::body::Body::new)).await }
@@ -244,9 +251,11 @@ async fn connection(stream: TcpStream, peer: SocketAddr, door: Door, router: Rou
         }
     };
     if let Err(e) = outcome {
-        if e.is_timeout() {
+        if e.is_timeout() && !served.load(std::sync::atomic::Ordering::Relaxed) {
             EdgeCounters::bump(&door.hub.counters().handshake_timeouts);
             debug!(%peer, "request head did not arrive within the handshake deadline");
+        } else if e.is_timeout() {
+            debug!(%peer, "idle keep-alive connection closed at the head deadline");
         } else {
             debug!(%peer, error = %e, "HTTP connection ended with an error");
         }

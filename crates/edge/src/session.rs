@@ -74,6 +74,7 @@ impl Drop for ProgressGuard<'_> {
 /// Cancels a device request whose future was dropped before its outcome.
 struct Abandon<'a> {
     session: &'a Session,
+    method: &'static str,
     id: u64,
     tool: &'a str,
     deadline: Instant,
@@ -81,7 +82,7 @@ struct Abandon<'a> {
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        self.session.abandon(self.id, self.tool, self.deadline);
+        self.session.abandon(self.method, self.id, self.tool, self.deadline);
     }
 }
 
@@ -279,16 +280,18 @@ impl Session {
 
     /// Forgets a request nobody waits for any more and tells the device to
     /// cancel it; its answer, if one still comes, is counted as late.
-    fn abandon(&self, id: u64, tool: &str, deadline: Instant) {
+    fn abandon(&self, method: &str, id: u64, tool: &str, deadline: Instant) {
         let mut link = lock(&self.link);
         if link.pending.remove(&id).is_none() {
             return; // answered, timed out or latched: nothing is waiting
         }
         link.remember_late(id, Late { tool: tool.to_owned(), deadline });
         drop(link);
-        EdgeCounters::bump(&self.counters().calls_cancelled);
+        if method == method::TOOLS_CALL {
+            EdgeCounters::bump(&self.counters().calls_cancelled);
+        }
         EdgeCounters::bump(&self.counters().cancels_sent);
-        info!(session = %self.id, call_id = id, tool, "call cancelled by its caller; device told to cancel");
+        info!(session = %self.id, request_id = id, method, tool, "request dropped by its caller; device told to cancel");
         self.send_notification(
             method::CANCELLED,
             &json!({"requestId": id, "reason": "the caller cancelled this call"}),
@@ -337,7 +340,7 @@ impl Session {
         }
         let deadline = Instant::now() + leg;
         // Dropped mid-flight (the backend cancelled): the device is told to stop.
-        let _abandon = Abandon { session: self, id, tool, deadline };
+        let _abandon = Abandon { session: self, method, id, tool, deadline };
         let answer = match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Answer::Closed("session ended".into()),

@@ -31,6 +31,52 @@ pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 /// The same document at the root well-known location, for clients that look there first.
 pub const METADATA_ROOT_PATH: &str = "/.well-known/oauth-protected-resource";
 
+/// Marks a response whose request the gateway authenticated: the server it is
+/// mounted on may stop counting that connection as a stranger's.
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated;
+
+/// Who opened each MCP session (2025-11-25 sessions carry `Mcp-Session-Id`):
+/// a session answers only the user who opened it, whatever valid token
+/// another user presents with its id.
+#[derive(Debug, Default)]
+pub(crate) struct SessionOwners {
+    owners: std::sync::Mutex<std::collections::HashMap<String, (String, tokio::time::Instant)>>,
+}
+
+/// Most MCP sessions remembered; past it the oldest owner entries go first.
+const MAX_SESSIONS: usize = 100_000;
+
+impl SessionOwners {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, tokio::time::Instant)>> {
+        self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn bind(&self, session: &str, principal: &str) {
+        let mut owners = self.lock();
+        if owners.len() >= MAX_SESSIONS {
+            if let Some(oldest) = owners.iter().min_by_key(|(_, (_, at))| *at).map(|(id, _)| id.clone()) {
+                owners.remove(&oldest);
+            }
+        }
+        owners.insert(session.to_owned(), (principal.to_owned(), tokio::time::Instant::now()));
+    }
+
+    /// False when `session` was opened by someone other than `principal`.
+    fn allows(&self, session: &str, principal: &str) -> bool {
+        self.lock().get(session).is_none_or(|(owner, _)| owner == principal)
+    }
+
+    fn forget(&self, session: &str) {
+        self.lock().remove(session);
+    }
+}
+
+/// The MCP session header (Streamable HTTP, 2025-11-25).
+const SESSION_HEADER: &str = "mcp-session-id";
+
 /// A verified caller and the devices this request may reach.
 #[derive(Debug, Clone)]
 pub struct Scope {
@@ -127,8 +173,10 @@ pub(crate) async fn authenticate(
     let Some(reader) = list.reader else {
         GatewayMetrics::bump(&shared.metrics.edge_unavailable);
         warn!("MCP request answered 503: the edge did not say who the caller is (an older edge)");
-        return (StatusCode::SERVICE_UNAVAILABLE, "the edge is too old for the MCP endpoint\n")
-            .into_response();
+        let mut response =
+            (StatusCode::SERVICE_UNAVAILABLE, "the edge is too old for the MCP endpoint\n").into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
     };
     if reader.operator {
         GatewayMetrics::bump(&shared.metrics.forbidden);
@@ -148,8 +196,25 @@ pub(crate) async fn authenticate(
             return (StatusCode::NOT_FOUND, format!("no connected session {id} of yours\n")).into_response();
         }
     }
-    request.extensions_mut().insert(Scope { token, principal: reader.principal, sessions, pinned });
-    next.run(request).await
+    let principal = reader.principal;
+    let claimed = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if let Some(session) = &claimed {
+        if !shared.owners.allows(session, &principal) {
+            GatewayMetrics::bump(&shared.metrics.forbidden);
+            info!(%principal, "MCP request refused: its session was opened by another user");
+            return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
+        }
+    }
+    let ends_session = request.method() == http::Method::DELETE;
+    request.extensions_mut().insert(Scope { token, principal: principal.clone(), sessions, pinned });
+    let mut response = next.run(request).await;
+    match (&claimed, response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())) {
+        (None, Some(opened)) => shared.owners.bind(opened, &principal),
+        (Some(session), _) if ends_session => shared.owners.forget(session),
+        _ => {}
+    }
+    response.extensions_mut().insert(Authenticated);
+    response
 }
 
 /// The protected-resource metadata document (RFC 9728) for the MCP endpoint.

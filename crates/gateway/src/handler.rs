@@ -171,18 +171,14 @@ impl McpServer {
             None => (None, None),
         };
         let options = CallOptions { idempotency_key: None, progress };
-        let outcome = tokio::select! {
-            outcome = turn.call_with(&namespaced, arguments, options) => outcome,
-            () = ctx.ct.cancelled() => {
-                GatewayMetrics::bump(&shared.metrics.calls_cancelled);
-                info!(session = %device.session, tool = %namespaced, "MCP client cancelled a call; the device was told to cancel");
-                Err(WireError::new(ErrorKind::Internal, "cancelled by the client"))
-            }
-        };
+        let outcome = turn.call_with(&namespaced, arguments, options).await;
         // Progress sent before the result goes out before it: once the call is
-        // over its sender is gone, so the relay drains and ends.
+        // over its sender is gone, so the relay drains and ends; what it cannot
+        // send in time is dropped, never sent after the result.
         if let Some(relay) = relay {
+            let abort = relay.abort_handle();
             if tokio::time::timeout(PROGRESS_DRAIN, relay).await.is_err() {
+                abort.abort();
                 debug!(session = %device.session, "progress still relaying at the result; the rest is dropped");
             }
         }
@@ -335,7 +331,19 @@ impl ServerHandler for McpServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let scope = scope(&ctx)?;
-        Ok(self.call(&scope, request, &ctx).await.into())
+        // A cancel at any point (resolving the name, the turn start, the call)
+        // drops the call, which tells the device to stop if it had started.
+        tokio::select! {
+            result = self.call(&scope, request, &ctx) => Ok(result.into()),
+            () = ctx.ct.cancelled() => {
+                let metrics = &self.shared.metrics;
+                GatewayMetrics::bump(&metrics.calls_cancelled);
+                metrics.calls.get_or_create(&vec![("outcome".to_owned(), "cancelled".to_owned())]).inc();
+                info!(principal = %scope.principal, "MCP client cancelled a call; the device was told to cancel");
+                // MCP sends no response to a cancelled request; this only ends the handler.
+                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled by the client", None))
+            }
+        }
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tether_contract::Budgets;
 use tether_core::{BackendLink, CallerProfile, Notification};
 
-pub use auth::{Scope, MCP_PATH, METADATA_PATH};
+pub use auth::{Authenticated, Scope, MCP_PATH, METADATA_PATH};
 pub use metrics::GatewayMetrics;
 
 /// How the MCP endpoint behaves; the defaults fit `tether serve` on loopback.
@@ -75,6 +75,7 @@ pub(crate) struct Shared {
     config: GatewayConfig,
     events: broadcast::Sender<Notification>,
     metrics: GatewayMetrics,
+    owners: auth::SessionOwners,
 }
 
 /// The MCP endpoint over one backend link to an edge.
@@ -100,7 +101,8 @@ impl Gateway {
             ),
         }
         let metrics = GatewayMetrics::with_core(link.counters());
-        let shared = Arc::new(Shared { link, config, events, metrics });
+        let shared =
+            Arc::new(Shared { link, config, events, metrics, owners: auth::SessionOwners::default() });
         Gateway { shared, shutdown: CancellationToken::new(), edge_gone }
     }
 

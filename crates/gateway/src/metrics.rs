@@ -16,7 +16,7 @@ use tether_core::CoreCounters;
 pub struct GatewayMetrics {
     /// Requests refused with 401: no bearer token, or one the edge refused.
     pub unauthenticated: Counter,
-    /// Requests refused with 403: an operator credential (it reads sessions; it calls no tools).
+    /// Requests refused: an operator credential (403; it reads sessions, it calls no tools), or another user's MCP session id (404).
     pub forbidden: Counter,
     /// Requests answered 503 because the link to the edge failed (the client may retry).
     pub edge_unavailable: Counter,

@@ -42,14 +42,13 @@ async fn moves(shared: &Shared, scope: &Scope, mine: &mut HashSet<String>, note:
         Notification::SessionClosed(c) => mine.remove(&c.session),
         // A new device of this user joins the aggregate (never a pinned view).
         Notification::SessionOpened(o) if scope.pinned.is_none() => {
-            match shared.link.sessions(&scope.token, shared.config.budgets.turn_start).await {
-                Ok(list) if list.sessions.iter().any(|s| s.session == o.session) => {
-                    mine.insert(o.session.clone())
-                }
+            // Only the new session is asked about: is it this user's?
+            match shared.link.session_info(&o.session, &scope.token, shared.config.budgets.turn_start).await {
+                Ok(list) if !list.sessions.is_empty() => mine.insert(o.session.clone()),
                 Ok(_) => false,
                 Err(e) => {
-                    debug!(error = %e, "watcher could not re-read its user's sessions; it stops");
-                    false
+                    debug!(error = %e, "watcher could not ask about a new session; its client re-lists to be safe");
+                    true
                 }
             }
         }
@@ -115,6 +114,7 @@ mod tests {
             config: crate::GatewayConfig::default(),
             events: events.clone(),
             metrics,
+            owners: crate::auth::SessionOwners::default(),
         });
         let scope = Scope { token: "t".into(), principal: "mira".into(), sessions: Vec::new(), pinned: None };
         let notified = Arc::new(AtomicUsize::new(0));
