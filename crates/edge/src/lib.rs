@@ -7,6 +7,7 @@
 //! - [`http`] — the router on the one port: upgrades, probes, `/metrics`, mounted routes.
 //! - [`upgrade`] — who may open a socket: path, origin, subprotocol, credential, limits.
 //! - [`session`] — one device session: pending calls, the closed latch, catalog reads.
+//! - [`exit`] — why a session ended, and the close code each reason owns.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
 //! - [`hub`] — the in-process router: connected sessions and backend events.
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod caps;
 pub mod config;
 pub mod counters;
+pub mod exit;
 pub mod gate;
 pub mod http;
 pub mod hub;

@@ -31,6 +31,7 @@ use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
 
 use crate::caps;
 use crate::counters::EdgeCounters;
+use crate::exit::Exit;
 use crate::hub::{BackendEvent, Hub};
 use crate::lock;
 use crate::manifest::{AppliedManifest, Identity, ManifestState, Swap};
@@ -1070,20 +1071,10 @@ pub async fn serve_client<S, W>(
     );
 
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let reason = read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
-    match reason {
-        "credential_expired" => {
-            session.close_with(reason, CloseCode::Policy, "credential expired; reconnect with a fresh one")
-        }
-        "idle" => session.close_with(reason, CloseCode::Away, "no traffic within the idle deadline"),
-        "shutdown" => session.close_with(reason, CloseCode::Away, "edge shutting down"),
-        "protocol_error" => {
-            session.close_with(reason, CloseCode::Unsupported, "binary frames are not accepted")
-        }
-        "frame_too_large" => {
-            session.close_with(reason, CloseCode::Size, "frame exceeds the transport ceiling")
-        }
-        other => session.latch(other),
+    let exit = read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
+    match exit.close() {
+        Some((code, text)) => session.close_with(exit.as_str(), code, text),
+        None => session.latch(exit.as_str()),
     }
     let _ = lifecycle.await;
     let _ = writer.await;
@@ -1096,7 +1087,7 @@ async fn read_loop<S>(
     mut stream: S,
     shutdown: &CancellationToken,
     expires_at: Option<Instant>,
-) -> &'static str
+) -> Exit
 where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
 {
@@ -1112,19 +1103,19 @@ where
     loop {
         let next = tokio::select! {
             next = stream.next() => next,
-            _ = shutdown.cancelled() => return "shutdown",
-            _ = session.closed.cancelled() => return "closed",
+            _ = shutdown.cancelled() => return Exit::Shutdown,
+            _ = session.closed.cancelled() => return Exit::Latched,
             _ = tokio::time::sleep_until(check_at) => {
                 let now = Instant::now();
                 if expires_at.is_some_and(|e| now >= e) {
                     EdgeCounters::bump(&session.counters().credentials_expired);
                     info!(session = %session.id, "device credential expired; closing");
-                    return "credential_expired";
+                    return Exit::CredentialExpired;
                 }
                 if now.saturating_duration_since(last_seen) >= config.idle_timeout {
                     EdgeCounters::bump(&session.counters().idle_closes);
                     warn!(session = %session.id, "no traffic within the idle deadline; closing a half-open socket");
-                    return "idle";
+                    return Exit::Idle;
                 }
                 if now.saturating_duration_since(last_seen) >= config.ping_interval
                     && session.outbound.try_send(Outbound::Ping).is_err()
@@ -1137,33 +1128,44 @@ where
         };
         last_seen = Instant::now();
         match next {
-            None => return "disconnected",
+            None => return Exit::Disconnected,
             Some(Ok(Message::Close(frame))) => {
                 // The device's own word on why it left (a bridge names its server's exit).
-                if let Some(frame) = frame {
-                    let mut why = frame.reason.to_string();
-                    tether_contract::error::truncate_utf8(&mut why, 123);
-                    info!(session = %session.id, code = u16::from(frame.code), reason = %why, "device closed the connection");
-                }
-                return "disconnected";
+                let Some(frame) = frame else { return Exit::PeerClosed(CloseCode::Normal) };
+                let mut why = frame.reason.to_string();
+                tether_contract::error::truncate_utf8(&mut why, 123);
+                info!(session = %session.id, code = u16::from(frame.code), reason = %why, "device closed the connection");
+                return Exit::PeerClosed(frame.code);
             }
             Some(Ok(Message::Text(text))) => session.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => {
                 EdgeCounters::bump(&session.counters().binary_frames);
                 session.hub.metrics.frame_refused("binary");
                 warn!(session = %session.id, "binary frame from device; closing with 1003");
-                return "protocol_error";
+                return Exit::Binary;
             }
             Some(Ok(_)) => {}
-            Some(Err(WsError::Capacity(e))) => {
-                EdgeCounters::bump(&session.counters().oversized_frames);
-                session.hub.metrics.frame_refused("oversized");
-                warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
-                return "frame_too_large";
-            }
             Some(Err(e)) => {
-                debug!(session = %session.id, error = %e, "device socket read failed");
-                return "connection_lost";
+                let exit = Exit::from_read_error(&e);
+                match exit {
+                    Exit::FrameTooLarge => {
+                        EdgeCounters::bump(&session.counters().oversized_frames);
+                        session.hub.metrics.frame_refused("oversized");
+                        warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
+                    }
+                    Exit::ProtocolViolation(kind) => {
+                        EdgeCounters::bump(&session.counters().bad_frames);
+                        session.hub.metrics.frame_refused(kind);
+                        warn!(session = %session.id, kind, error = %e, "device broke WebSocket framing; closing with 1002");
+                    }
+                    Exit::InvalidUtf8 => {
+                        EdgeCounters::bump(&session.counters().bad_frames);
+                        session.hub.metrics.frame_refused("invalid_utf8");
+                        warn!(session = %session.id, "text frame that is not UTF-8; closing with 1007");
+                    }
+                    _ => debug!(session = %session.id, error = %e, "device socket read failed"),
+                }
+                return exit;
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use futures::{Sink, SinkExt};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -79,6 +80,9 @@ where
     let frame = CloseFrame { code, reason: reason.into() };
     match sink.send(Message::Close(Some(frame))).await {
         Ok(()) | Err(WsError::ConnectionClosed | WsError::AlreadyClosed) => {}
+        // The peer closed first: the WebSocket layer queued its reply (echoing
+        // the peer's code, or 1002 for a forbidden one); closing flushes it.
+        Err(WsError::Protocol(ProtocolError::SendAfterClosing)) => {}
         Err(e) => return Err(e),
     }
     let _ = sink.close().await;

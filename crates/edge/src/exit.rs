@@ -1,0 +1,142 @@
+//! Why a device session ended, and the close code each reason owns.
+//!
+//! One enum instead of strings matched by spelling: the read loop says why it
+//! stopped, and the close frame (or its absence) follows from that alone.
+//! RFC 6455 codes: 1002 for a peer that broke the framing protocol, 1007 for
+//! text that is not UTF-8, 1003 for binary, 1009 for an oversized frame.
+
+use tokio_tungstenite::tungstenite::error::ProtocolError;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Error as WsError;
+
+/// Why a device session's read loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The socket ended without a close frame: nothing left to tell the device.
+    Disconnected,
+    /// The device sent a close frame: it gets one back with the same code (RFC
+    /// 6455 §5.5.1; a forbidden code arrives here already rewritten to 1002).
+    PeerClosed(CloseCode),
+    /// The transport failed under the socket (reset, I/O error).
+    ConnectionLost,
+    /// The edge is shutting down.
+    Shutdown,
+    /// Something else latched the session first (it already chose its close).
+    Latched,
+    /// The device's credential expired mid-session.
+    CredentialExpired,
+    /// No traffic within the idle deadline: a half-open socket.
+    Idle,
+    /// A binary frame: the client link is JSON text only.
+    Binary,
+    /// A frame over the transport ceiling.
+    FrameTooLarge,
+    /// The device broke WebSocket framing; the kind names how.
+    ProtocolViolation(&'static str),
+    /// A text frame that is not UTF-8.
+    InvalidUtf8,
+}
+
+impl Exit {
+    /// Stable name for logs, metrics and `notifications/session/closed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Exit::Disconnected | Exit::PeerClosed(_) => "disconnected",
+            Exit::ConnectionLost => "connection_lost",
+            Exit::Shutdown => "shutdown",
+            Exit::Latched => "closed",
+            Exit::CredentialExpired => "credential_expired",
+            Exit::Idle => "idle",
+            Exit::Binary => "protocol_error",
+            Exit::FrameTooLarge => "frame_too_large",
+            Exit::ProtocolViolation(_) => "protocol_violation",
+            Exit::InvalidUtf8 => "invalid_utf8",
+        }
+    }
+
+    /// The close frame this exit sends, if the socket can still carry one.
+    pub const fn close(self) -> Option<(CloseCode, &'static str)> {
+        match self {
+            Exit::Disconnected | Exit::ConnectionLost | Exit::Latched => None,
+            Exit::PeerClosed(code) => Some((code, "")),
+            Exit::Shutdown => Some((CloseCode::Away, "edge shutting down")),
+            Exit::CredentialExpired => {
+                Some((CloseCode::Policy, "credential expired; reconnect with a fresh one"))
+            }
+            Exit::Idle => Some((CloseCode::Away, "no traffic within the idle deadline")),
+            Exit::Binary => Some((CloseCode::Unsupported, "binary frames are not accepted")),
+            Exit::FrameTooLarge => Some((CloseCode::Size, "frame exceeds the transport ceiling")),
+            Exit::ProtocolViolation(_) => Some((CloseCode::Protocol, "WebSocket protocol violation")),
+            Exit::InvalidUtf8 => Some((CloseCode::Invalid, "text frame is not valid UTF-8")),
+        }
+    }
+
+    /// The exit a socket read error means: framing violations and bad UTF-8
+    /// are the peer's fault and get their RFC 6455 codes; the rest is the transport.
+    pub fn from_read_error(error: &WsError) -> Exit {
+        match error {
+            WsError::Capacity(_) => Exit::FrameTooLarge,
+            WsError::Utf8(_) => Exit::InvalidUtf8,
+            // A socket dropped without a close handshake is the transport, not a framing fault.
+            WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => Exit::ConnectionLost,
+            WsError::Protocol(p) => Exit::ProtocolViolation(violation(p)),
+            _ => Exit::ConnectionLost,
+        }
+    }
+}
+
+/// A stable kind for each way a peer can break the framing protocol.
+fn violation(p: &ProtocolError) -> &'static str {
+    match p {
+        ProtocolError::NonZeroReservedBits => "reserved_bits",
+        ProtocolError::UnmaskedFrameFromClient => "unmasked_frame",
+        ProtocolError::FragmentedControlFrame => "fragmented_control_frame",
+        ProtocolError::ControlFrameTooBig => "control_frame_too_big",
+        ProtocolError::UnknownControlFrameType(_) | ProtocolError::UnknownDataFrameType(_) => {
+            "unknown_opcode"
+        }
+        ProtocolError::InvalidOpcode(_) => "unknown_opcode",
+        ProtocolError::UnexpectedContinueFrame => "stray_continuation",
+        ProtocolError::ExpectedFragment(_) => "expected_continuation",
+        ProtocolError::InvalidCloseSequence => "invalid_close_frame",
+        ProtocolError::ReceivedAfterClosing => "frame_after_close",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_exit_owns_its_close_code() {
+        let codes: Vec<(Exit, Option<u16>)> = [
+            Exit::Disconnected,
+            Exit::PeerClosed(CloseCode::Normal),
+            Exit::ConnectionLost,
+            Exit::Shutdown,
+            Exit::CredentialExpired,
+            Exit::Idle,
+            Exit::Binary,
+            Exit::FrameTooLarge,
+            Exit::ProtocolViolation("reserved_bits"),
+            Exit::InvalidUtf8,
+        ]
+        .into_iter()
+        .map(|e| (e, e.close().map(|(c, _)| u16::from(c))))
+        .collect();
+        let want = [
+            None,
+            Some(1000),
+            None,
+            Some(1001),
+            Some(1008),
+            Some(1001),
+            Some(1003),
+            Some(1009),
+            Some(1002),
+            Some(1007),
+        ];
+        assert_eq!(codes.iter().map(|(_, c)| *c).collect::<Vec<_>>(), want);
+    }
+}
