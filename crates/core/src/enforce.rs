@@ -28,13 +28,52 @@ impl std::fmt::Debug for ToolSchemas {
     }
 }
 
-fn compile_one(schema: &Value, limits: &SchemaLimits) -> Result<Validator, String> {
-    schema::check(schema, limits).map_err(|v| format!("schema {v}"))?;
+/// Which of a tool's schemas was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// `inputSchema`.
+    Input,
+    /// `outputSchema`.
+    Output,
+}
+
+impl Which {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Which::Input => "input",
+            Which::Output => "output",
+        }
+    }
+}
+
+/// Why a declared schema cannot gate calls; the tool is left unlisted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// Past the shared limits (depth, subschemas) or not self-contained.
+    #[error("{} schema {violation}", which.as_str())]
+    Limits {
+        /// Input or output.
+        which: Which,
+        /// What was wrong.
+        violation: schema::SchemaViolation,
+    },
+    /// Within the limits but not compilable offline with linear-time patterns.
+    #[error("{} schema does not compile: {reason}", which.as_str())]
+    Compile {
+        /// Input or output.
+        which: Which,
+        /// The compiler's account, values masked.
+        reason: String,
+    },
+}
+
+fn compile_one(schema: &Value, limits: &SchemaLimits, which: Which) -> Result<Validator, SchemaError> {
+    schema::check(schema, limits).map_err(|violation| SchemaError::Limits { which, violation })?;
     jsonschema::options()
         .offline()
         .with_pattern_options(PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT))
         .build(schema)
-        .map_err(|e| format!("schema does not compile: {}", e.masked()))
+        .map_err(|e| SchemaError::Compile { which, reason: e.masked().to_string() })
 }
 
 /// The first validation error, as `at PATH: what is wrong`, without echoing values.
@@ -49,10 +88,10 @@ fn first_error(validator: &Validator, instance: &Value) -> Option<String> {
 impl ToolSchemas {
     /// Compiles a declaration's schemas, refusing any past `limits` or that
     /// needs anything outside itself.
-    pub fn compile(decl: &ToolDeclaration, limits: &SchemaLimits) -> Result<ToolSchemas, String> {
-        let input = compile_one(&decl.input_schema, limits).map_err(|e| format!("input {e}"))?;
+    pub fn compile(decl: &ToolDeclaration, limits: &SchemaLimits) -> Result<ToolSchemas, SchemaError> {
+        let input = compile_one(&decl.input_schema, limits, Which::Input)?;
         let output = match &decl.output_schema {
-            Some(s) => Some(compile_one(s, limits).map_err(|e| format!("output {e}"))?),
+            Some(s) => Some(compile_one(s, limits, Which::Output)?),
             None => None,
         };
         Ok(ToolSchemas { input, output })

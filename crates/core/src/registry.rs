@@ -53,7 +53,7 @@ pub enum RegistryError {
         /// The name.
         name: String,
         /// What is wrong.
-        reason: String,
+        reason: crate::enforce::SchemaError,
     },
 }
 

@@ -127,22 +127,40 @@ fn interactive() -> LatencyClass {
     LatencyClass::Interactive
 }
 
-fn resolve(name: &str, value: &Value) -> Result<CallerProfile, String> {
+/// Why a caller profile (or the `[callers]` table) cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// The text is not TOML, or a profile's fields do not have their types.
+    #[error("{0}")]
+    Toml(String),
+    /// `callers` is not a table of profiles.
+    #[error("callers must be a table of profiles")]
+    NotATable,
+    /// A tool pattern is not a name over `[a-z0-9_]`, optionally ending in `*`.
+    #[error("tool pattern {0:?} must be a tool name over [a-z0-9_], optionally ending in *")]
+    BadPattern(String),
+    /// A source id is empty.
+    #[error("source {0:?} must be a source id or *")]
+    BadSource(String),
+    /// No profile has this name.
+    #[error("no caller profile named {0:?}")]
+    Unknown(String),
+}
+
+fn resolve(name: &str, value: &Value) -> Result<CallerProfile, ProfileError> {
     let section: ProfileSection =
-        value.clone().try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
+        value.clone().try_into().map_err(|e: toml::de::Error| ProfileError::Toml(e.message().to_owned()))?;
     let mut tools = Vec::with_capacity(section.tools.len());
     for t in section.tools {
         let stem = t.strip_suffix('*').unwrap_or(&t);
         let valid = t == "*" || (!stem.is_empty() && stem.chars().all(tether_contract::names::is_slug_char));
         if !valid {
-            return Err(format!(
-                "tool pattern {t:?} must be a tool name over [a-z0-9_], optionally ending in *"
-            ));
+            return Err(ProfileError::BadPattern(t));
         }
         tools.push(Pattern(t));
     }
     if let Some(bad) = section.sources.iter().find(|s| s.is_empty()) {
-        return Err(format!("source {bad:?} must be a source id or *"));
+        return Err(ProfileError::BadSource(bad.clone()));
     }
     Ok(CallerProfile {
         name: name.to_owned(),
@@ -157,7 +175,7 @@ fn resolve(name: &str, value: &Value) -> Result<CallerProfile, String> {
 #[derive(Debug, Default)]
 pub struct Profiles {
     raw: Table,
-    resolved: Mutex<HashMap<String, Result<Arc<CallerProfile>, String>>>,
+    resolved: Mutex<HashMap<String, Result<Arc<CallerProfile>, ProfileError>>>,
     counters: Arc<CoreCounters>,
 }
 
@@ -168,11 +186,12 @@ impl Profiles {
     }
 
     /// Profiles from a whole configuration file's text (only `[callers]` is read).
-    pub fn from_toml(text: &str, counters: Arc<CoreCounters>) -> Result<Profiles, String> {
-        let table: Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
+    pub fn from_toml(text: &str, counters: Arc<CoreCounters>) -> Result<Profiles, ProfileError> {
+        let table: Table =
+            text.parse().map_err(|e: toml::de::Error| ProfileError::Toml(e.message().to_owned()))?;
         let raw = match table.get("callers") {
             Some(Value::Table(t)) => t.clone(),
-            Some(_) => return Err("callers must be a table of profiles".into()),
+            Some(_) => return Err(ProfileError::NotATable),
             None => Table::new(),
         };
         Ok(Profiles::from_table(raw, counters))
@@ -192,7 +211,7 @@ impl Profiles {
         let entry = cache.entry(name.to_owned()).or_insert_with(|| {
             let outcome = match self.raw.get(name) {
                 Some(v) => resolve(name, v).map(Arc::new),
-                None => Err(format!("no caller profile named {name:?}")),
+                None => Err(ProfileError::Unknown(name.to_owned())),
             };
             if let Err(e) = &outcome {
                 CoreCounters::bump(&self.counters.profile_errors);

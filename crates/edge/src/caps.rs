@@ -69,12 +69,12 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
             Ok(input) => {
                 inputs.insert(decl.name.clone(), Arc::new(input));
             }
-            Err(detail) => {
+            Err(refused) => {
                 dropped.push(DroppedTool {
                     bytes: size_of(&decl),
                     name: decl.name,
                     reason: DropReason::SchemaRejected,
-                    detail: Some(detail),
+                    detail: Some(refused.to_string()),
                 });
                 continue;
             }
@@ -146,10 +146,13 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
 /// Checks a declaration's schemas against the limits and compiles them as
 /// the gate does (input first, then output); returns the input's validator.
 /// The edge gates arguments with it, so a schema it cannot compile is not listed.
-fn compiled_input(decl: &ToolDeclaration, limits: &SchemaLimits) -> Result<Validator, String> {
+fn compiled_input(
+    decl: &ToolDeclaration,
+    limits: &SchemaLimits,
+) -> Result<Validator, crate::gate::SchemaError> {
     let compile = |s: &Value| {
-        schema::check(s, limits).map_err(|violation| format!("schema {violation}"))?;
-        crate::gate::compile(s).map_err(|e| format!("schema {e}"))
+        schema::check(s, limits)?;
+        crate::gate::compile(s)
     };
     let input = compile(&decl.input_schema)?;
     if let Some(output) = &decl.output_schema {

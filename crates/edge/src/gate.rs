@@ -20,13 +20,24 @@ use tether_contract::{ErrorKind, WireError};
 /// Largest compiled program one `pattern` may become, in bytes (core's too).
 const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 
+/// Why a declared schema cannot gate calls; its tool is dropped at intake.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// Past the shared limits (depth, subschemas) or not self-contained.
+    #[error("schema {0}")]
+    Limits(#[from] tether_contract::SchemaViolation),
+    /// Within the limits but not compilable offline with linear-time patterns.
+    #[error("schema does not compile: {0}")]
+    Compile(String),
+}
+
 /// Compiles one declared schema the way the gate (and core) does.
-pub fn compile(schema: &Value) -> Result<Validator, String> {
+pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
     jsonschema::options()
         .offline()
         .with_pattern_options(PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT))
         .build(schema)
-        .map_err(|e| format!("does not compile: {}", e.masked()))
+        .map_err(|e| SchemaError::Compile(e.masked().to_string()))
 }
 
 /// The compiled input schemas of one manifest, by namespaced name (compiled
