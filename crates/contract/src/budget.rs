@@ -37,6 +37,14 @@ impl Leg {
             Leg::TurnStart => "turn_start",
         }
     }
+
+    /// Every leg, for reading a wire name back.
+    pub const ALL: [Leg; 5] = [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart];
+
+    /// The leg a wire name (`data.leg`) names.
+    pub fn from_name(name: &str) -> Option<Leg> {
+        Leg::ALL.into_iter().find(|l| l.as_str() == name)
+    }
 }
 
 /// Every budget in the chain, with the defaults of the design.

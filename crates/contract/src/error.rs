@@ -134,6 +134,21 @@ impl WireError {
             .with("budget_ms", after_ms)
     }
 
+    /// The leg that ran out, when this is a timeout (typed: no string compare at call sites).
+    pub fn timed_out_leg(&self) -> Option<crate::Leg> {
+        if self.kind != ErrorKind::Timeout {
+            return None;
+        }
+        self.detail("leg").and_then(Value::as_str).and_then(crate::Leg::from_name)
+    }
+
+    /// Why the channel closed, when this is `channel_closed`.
+    pub fn closed_reason(&self) -> Option<&str> {
+        (self.kind == ErrorKind::ChannelClosed)
+            .then(|| self.detail("reason").and_then(Value::as_str))
+            .flatten()
+    }
+
     /// The session's channel is closed, with why.
     pub fn channel_closed(reason: &str) -> Self {
         WireError::new(ErrorKind::ChannelClosed, format!("session channel closed: {reason}"))
@@ -214,6 +229,9 @@ mod tests {
         let back = WireError::from_json(&err.to_json());
         assert_eq!(back, err);
         assert_eq!(back.detail("outcome"), Some(&Value::from("unknown")));
+        assert_eq!(back.timed_out_leg(), Some(crate::Leg::ToolCall));
+        assert_eq!(WireError::channel_closed("idle").closed_reason(), Some("idle"));
+        assert_eq!(WireError::new(ErrorKind::Internal, "x").with("leg", "tool_call").timed_out_leg(), None);
     }
 
     #[test]

@@ -463,8 +463,7 @@ impl<'a> Turn<'a> {
         let result = match outcome {
             Ok(result) => result,
             Err(e) => {
-                if e.kind == ErrorKind::Timeout && e.detail("leg").and_then(Value::as_str) == Some("per_tool")
-                {
+                if e.timed_out_leg() == Some(Leg::PerTool) {
                     CoreCounters::bump(&self.counters.per_tool_timeouts);
                     warn!(session = %self.client.session, name, "per-tool budget expired");
                 }

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::{ErrorKind, Leg};
+use tether_contract::Leg;
 use tether_core::BackendLink;
 
 use crate::device::{tool, Behavior, DeviceSpec, SimDevice};
@@ -471,9 +471,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
                     },
                 };
                 let outcome = link.call(params, call_budget).await;
-                if outcome.as_ref().is_err_and(|e| {
-                    e.kind == ErrorKind::Timeout && e.detail("leg") == Some(&json!(Leg::PerTool.as_str()))
-                }) {
+                if outcome.as_ref().is_err_and(|e| e.timed_out_leg() == Some(Leg::PerTool)) {
                     // Core gave up; the edge never delivered an outcome.
                     tally.lost_at_core_budget.fetch_add(1, Ordering::Relaxed);
                     return;
