@@ -36,13 +36,13 @@ pub fn for_model(err: &WireError) -> String {
         ErrorKind::ChannelClosed => format!(
             "The user's device disconnected ({}), so its tools cannot run now; continue without them or ask \
              the user to reopen the app.",
-            detail_str(err, "reason").unwrap_or("closed")
+            err.closed_reason().unwrap_or("closed")
         ),
         ErrorKind::Timeout => format!(
             "The tool did not answer within {} ms ({} leg), so whether the action happened is unknown; \
              check its state before you try again.",
             detail_u64(err, "budget_ms").map_or_else(|| "the allowed time".to_owned(), |ms| ms.to_string()),
-            detail_str(err, "leg").unwrap_or("tool_call")
+            err.timed_out_leg().map_or("tool_call", tether_contract::Leg::as_str)
         ),
         ErrorKind::ToolUnavailable => {
             let available: Vec<&str> = err
