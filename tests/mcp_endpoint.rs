@@ -150,13 +150,12 @@ async fn official_clients_list_and_call_with_results_intact_and_is_error_sentenc
     assert!(calls.contains("tether_mcp_calls_total{outcome=\"invalid_arguments\"} 3"), "{calls}");
 }
 
-/// Raw HTTP on the endpoint, for what the SDKs do not show (status, headers).
-async fn post_initialize(url: &str, authorization: Option<&str>) -> String {
+/// One raw POST to `/mcp` with `headers` (each ending in CRLF), read to the
+/// end: for what the SDKs do not show (status, headers).
+async fn post(url: &str, headers: &str, body: &str) -> String {
     let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -166,18 +165,19 @@ async fn post_initialize(url: &str, authorization: Option<&str>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A raw 2025-11-25 `initialize`, with `authorization` as given.
+async fn post_initialize(url: &str, authorization: Option<&str>) -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    post(url, &auth, body).await
+}
+
 /// A raw POST on an existing MCP session.
 async fn post_with(url: &str, token: &str, session: &str, body: &str) -> String {
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let headers = format!(
+        "Authorization: Bearer {token}\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
     );
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
-    String::from_utf8_lossy(&out).into_owned()
+    post(url, &headers, body).await
 }
 
 /// A public route (the metadata) does not make a connection "authenticated";
