@@ -48,6 +48,10 @@ enum Command {
         /// Log format: pretty or json.
         #[arg(long)]
         log_format: Option<LogFormat>,
+        /// The URL agents reach the MCP endpoint's server at, behind a proxy
+        /// (e.g. https://agents.example.com); by default built from the request's Host.
+        #[arg(long, env = "TETHER_PUBLIC_URL")]
+        public_url: Option<String>,
     },
     /// Check a configuration file: print the resolved configuration, or every error with its location.
     Config {
@@ -214,6 +218,9 @@ enum Command {
         /// The URL MCP clients reach this gateway at (for its resource metadata).
         #[arg(long)]
         public_url: Option<String>,
+        /// The identity provider's issuer, advertised as the authorization server in the metadata.
+        #[arg(long)]
+        issuer: Option<String>,
         /// Data directory holding the secret.
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -221,9 +228,10 @@ enum Command {
 }
 
 /// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
-async fn mount_mcp(edge: Edge, issuer: Option<String>) -> Edge {
+async fn mount_mcp(edge: Edge, issuer: Option<String>, public_url: Option<String>) -> Edge {
     let pipe = edge.attach_backend("tether-mcp");
-    let gateway = Gateway::attach(pipe, GatewayConfig { issuer, ..GatewayConfig::default() }).await;
+    let gateway =
+        Gateway::attach(pipe, GatewayConfig { issuer, public_url, ..GatewayConfig::default() }).await;
     let routes = gateway.router();
     let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
     tokio::spawn(async move {
@@ -332,7 +340,7 @@ fn print_error(err: &WireError) {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { config, listen, data_dir, log_format } => {
+        Command::Serve { config, listen, data_dir, log_format, public_url } => {
             let flags = Flags { listen, data_dir, log_format };
             let resolved = read_config(config.as_ref(), &flags)?;
             init_tracing("info", resolved.log_format);
@@ -353,7 +361,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let degraded = resolved.issues.len() as u64;
             let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
             let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
-            let edge = mount_mcp(edge, issuer).await;
+            let edge = mount_mcp(edge, issuer, public_url).await;
             edge.hub().counters().config_errors.inc_by(degraded);
             let addr = edge.local_addr().map_err(|e| e.to_string())?;
             install_signals(edge.drain_token(), edge.shutdown_token())?;
@@ -365,7 +373,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             edge.run().await;
             Ok(())
         }
-        Command::Gateway { edge, listen, token, public_url, data_dir } => {
+        Command::Gateway { edge, listen, token, public_url, issuer, data_dir } => {
             let token = match token {
                 Some(token) => token,
                 None => keys(data_dir)?
@@ -375,7 +383,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             let link = BackendLink::connect(&edge, &token)
                 .await
                 .map_err(|e| format!("connect {edge}: {}", e.message))?;
-            let gateway = Gateway::new(link, GatewayConfig { public_url, ..GatewayConfig::default() });
+            let gateway =
+                Gateway::new(link, GatewayConfig { public_url, issuer, ..GatewayConfig::default() });
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

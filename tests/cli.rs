@@ -177,8 +177,10 @@ fn the_gateway_serves_the_mcp_endpoint_apart_from_the_edge() {
     let data = data_dir("gateway");
     let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
     let edge = listening.strip_prefix("listening on ").unwrap().to_owned();
-    let (serving, _gateway) =
-        spawn_until_line(&data, &["gateway", "--edge", &edge, "--listen", "127.0.0.1:0"]);
+    let public = ["--public-url", "https://agents.example.com", "--issuer", "https://idp.example.com/"];
+    let mut args = vec!["gateway", "--edge", edge.as_str(), "--listen", "127.0.0.1:0"];
+    args.extend(public);
+    let (serving, _gateway) = spawn_until_line(&data, &args);
     let mcp = serving
         .strip_prefix("MCP endpoint on ")
         .and_then(|s| s.split_whitespace().next())
@@ -196,6 +198,13 @@ fn the_gateway_serves_the_mcp_endpoint_apart_from_the_edge() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"), "{said}");
+    // Behind a proxy, the metadata names the public address and the identity provider.
+    let gateway_addr = mcp.trim_start_matches("http://").trim_end_matches("/mcp");
+    let metadata = http_get(gateway_addr, "/.well-known/oauth-protected-resource/mcp");
+    let document: serde_json::Value =
+        serde_json::from_str(metadata.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(document["resource"], "https://agents.example.com/mcp", "{metadata}");
+    assert_eq!(document["authorization_servers"], serde_json::json!(["https://idp.example.com/"]));
     let _ = std::fs::remove_dir_all(&data);
 }
 
