@@ -97,7 +97,7 @@ async fn sessions_calls_and_cancels_are_counted() {
     assert_eq!(err.kind, ErrorKind::Timeout);
     assert_eq!(counter(&edge, "calls_started"), 1);
     assert_eq!(counter(&edge, "cancels_sent"), 1);
-    edge.hub.session(&session).unwrap().latch("test");
+    edge.hub.session(&session).unwrap().end(tether_edge::exit::Exit::ConnectionLost);
     let err = link.call(call(&session, "client__wait"), Duration::from_secs(12)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ChannelClosed);
     assert_eq!(counter(&edge, "calls_channel_closed"), 1);
@@ -270,7 +270,7 @@ async fn a_backend_that_falls_behind_on_events_is_counted() {
     tokio::task::yield_now().await;
     // Four closes published without yielding: the backend task sees a lag.
     for (_, id) in &sessions {
-        edge.hub.session(id).unwrap().latch("test");
+        edge.hub.session(id).unwrap().end(tether_edge::exit::Exit::ConnectionLost);
     }
     wait_until(|| counter(&edge, "backend_events_lagged") == 1).await;
 }

@@ -115,6 +115,21 @@ fn edge_and_core_never_depend_on_each_other() {
 }
 
 #[test]
+fn the_pending_table_is_shared_by_edge_and_core_and_depends_on_neither() {
+    let graph = Graph::get();
+    let rpc = graph.reach("tether-rpc");
+    assert!(rpc.contains("tokio"), "graph sanity: {rpc:?}");
+    assert!(
+        !rpc.iter().any(|d| d.starts_with("tether-")),
+        "tether-rpc is a leaf: it pairs answers with waiters and knows no wire types ({rpc:?})"
+    );
+    for user in ["tether-edge", "tether-core"] {
+        assert!(graph.reach(user).contains("tether-rpc"), "{user} writes its own pending table again");
+    }
+    assert!(!graph.reach("tether-contract").contains("tether-rpc"), "contract stays free of I/O");
+}
+
+#[test]
 fn the_bridge_reaches_the_edge_only_over_the_wire() {
     let bridge = Graph::get().reach("tether-bridge");
     assert!(bridge.contains("tether-contract") && bridge.contains("rmcp"), "graph sanity: {bridge:?}");

@@ -6,15 +6,15 @@
 //! queue the application reads with [`BackendLink::notifications`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -28,6 +28,7 @@ use tether_contract::backend::{
 };
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
+use tether_rpc::{lock, Completion, Outcome, Pending};
 
 use crate::counters::CoreCounters;
 
@@ -35,6 +36,8 @@ use crate::counters::CoreCounters;
 const OUTBOUND_QUEUE: usize = 1024;
 /// Bound of the notification queue; past it notifications are dropped (counted).
 const NOTIFICATION_QUEUE: usize = 1024;
+/// How many given-up requests are remembered to recognise the edge's late answers.
+const LATE_MEMORY: usize = 1024;
 
 /// Something the edge told this backend without being asked.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,29 +61,14 @@ pub enum Notification {
 /// progress, never the call).
 pub type ProgressSender = mpsc::Sender<Progress>;
 
-#[derive(Debug, Default)]
-struct State {
-    closed: Option<String>,
-    pending: HashMap<u64, oneshot::Sender<Result<Value, WireError>>>,
-    /// Calls that asked for progress, by the token they sent.
-    progress: HashMap<u64, ProgressSender>,
-}
-
 #[derive(Debug)]
 struct Inner {
     outbound: mpsc::Sender<Message>,
-    state: Mutex<State>,
-    next_id: AtomicU64,
+    /// Requests waiting for the edge, and the latch.
+    calls: Pending<Result<Value, WireError>>,
+    /// Calls that asked for progress, by the token they sent.
+    progress: Mutex<HashMap<u64, ProgressSender>>,
     counters: Arc<CoreCounters>,
-}
-
-/// Locks `m`, taking the data back from a poisoned lock: a panicked holder
-/// must not wedge every later caller.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 impl Inner {
@@ -91,7 +79,7 @@ impl Inner {
         let sender = parsed
             .as_ref()
             .and_then(|p| p.progress_token.as_u64())
-            .and_then(|token| lock(&self.state).progress.get(&token).cloned());
+            .and_then(|token| lock(&self.progress).get(&token).cloned());
         let delivered = match (parsed, sender) {
             (Some(progress), Some(sender)) => sender.try_send(progress).is_ok(),
             _ => false,
@@ -103,18 +91,21 @@ impl Inner {
     }
 
     fn latch(&self, reason: &str) {
-        let drained = {
-            let mut state = lock(&self.state);
-            if state.closed.is_some() {
-                return;
-            }
-            state.closed = Some(reason.to_owned());
-            std::mem::take(&mut state.pending)
-        };
-        for (_, tx) in drained {
-            let _ = tx.send(Err(WireError::channel_closed(reason)));
+        if let Some(in_flight) = self.calls.latch(reason) {
+            debug!(reason, in_flight, "backend link latched closed");
         }
-        debug!(reason, "backend link latched closed");
+    }
+
+    /// Tells the edge a request's caller stopped waiting, so it stops the call on the device.
+    fn cancel(&self, id: u64) {
+        CoreCounters::bump(&self.counters.requests_cancelled);
+        let params = json!({"requestId": id, "reason": "the caller stopped waiting"});
+        let note = Message::text(jsonrpc::notification(tether_contract::mcp::method::CANCELLED, &params));
+        if self.outbound.try_send(note).is_err() {
+            warn!(id, "request dropped mid-flight; the edge could not be told (queue full or closed)");
+        } else {
+            debug!(id, "request dropped mid-flight; edge told to cancel");
+        }
     }
 
     fn complete(&self, raw_id: &Value, outcome: Result<Value, WireError>) {
@@ -127,14 +118,15 @@ impl Inner {
             }
             AnswerId::Foreign => None,
         };
-        let waiter = id.and_then(|id| lock(&self.state).pending.remove(&id));
-        match waiter {
-            Some(tx) => {
-                let _ = tx.send(outcome);
-            }
-            None => {
+        match id.map_or(Completion::Unknown, |id| self.calls.complete(id, outcome)) {
+            Completion::Delivered => {}
+            Completion::Late(()) => {
                 CoreCounters::bump(&self.counters.late_responses);
                 debug!(id = %raw_id, "edge response for a request that already gave up");
+            }
+            Completion::Unknown => {
+                CoreCounters::bump(&self.counters.late_responses);
+                debug!(id = %raw_id, "edge response for a request id this link never used or long forgot");
             }
         }
     }
@@ -184,8 +176,12 @@ impl BackendLink {
         let counters = Arc::new(CoreCounters::default());
         let (outbound, mut queue) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
         let (notify_tx, notify_rx) = mpsc::channel(NOTIFICATION_QUEUE);
-        let inner =
-            Arc::new(Inner { outbound, state: Mutex::default(), next_id: AtomicU64::new(1), counters });
+        let inner = Arc::new(Inner {
+            outbound,
+            calls: Pending::new(LATE_MEMORY),
+            progress: Mutex::default(),
+            counters,
+        });
         let (mut sink, mut stream) = ws.split();
         let writer_inner = Arc::clone(&inner);
         tokio::spawn(async move {
@@ -250,7 +246,7 @@ impl BackendLink {
 
     /// Whether the link has closed.
     pub fn is_closed(&self) -> bool {
-        lock(&self.inner.state).closed.is_some()
+        self.inner.calls.is_closed()
     }
 
     /// Sends one request and waits at most `budget`; expiry is a `timeout` on `leg`.
@@ -267,18 +263,11 @@ impl BackendLink {
         leg: Leg,
         budget: Duration,
     ) -> Result<Value, WireError> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut rx) = oneshot::channel();
-        {
-            let mut state = lock(&self.inner.state);
-            if let Some(reason) = &state.closed {
-                return Err(WireError::channel_closed(reason));
-            }
-            state.pending.insert(id, tx);
-        }
+        let request = self.inner.calls.open(()).map_err(|reason| WireError::channel_closed(&reason))?;
+        let id = request.id();
         let frame = Message::text(jsonrpc::request(&Value::from(id), method, &params));
         if self.inner.outbound.try_send(frame).is_err() {
-            lock(&self.inner.state).pending.remove(&id);
+            drop(request);
             CoreCounters::bump(&self.inner.counters.requests_refused);
             warn!(
                 method,
@@ -287,17 +276,13 @@ impl BackendLink {
             );
             return Err(WireError::new(ErrorKind::Overloaded, "backend link outbound queue is full"));
         }
-        let _cancel_if_dropped = InFlight { inner: &self.inner, id };
-        match tokio::time::timeout(budget, &mut rx).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(WireError::channel_closed("backend link dropped")),
-            Err(_) => {
-                if lock(&self.inner.state).pending.remove(&id).is_some() {
-                    let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
-                    return Err(WireError::timeout(leg, ms));
-                }
-                // Completed between the timer and the lock: that answer is the outcome.
-                rx.try_recv().unwrap_or_else(|_| Err(WireError::channel_closed("backend link dropped")))
+        let deadline = Instant::now() + budget;
+        match request.wait_until(deadline, |id| self.inner.cancel(id)).await {
+            Outcome::Answered(outcome) => outcome,
+            Outcome::Closed(reason) => Err(WireError::channel_closed(&reason)),
+            Outcome::TimedOut => {
+                let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+                Err(WireError::timeout(leg, ms))
             }
         }
     }
@@ -373,9 +358,9 @@ impl BackendLink {
         budget: Duration,
         progress: ProgressSender,
     ) -> Result<CallResponse, WireError> {
-        let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let token = self.inner.calls.fresh_id();
         params.meta.progress_token = Some(Value::from(token));
-        lock(&self.inner.state).progress.insert(token, progress);
+        lock(&self.inner.progress).insert(token, progress);
         let _route = ProgressRoute { inner: &self.inner, token };
         self.call(params, budget).await
     }
@@ -404,32 +389,7 @@ struct ProgressRoute<'a> {
 
 impl Drop for ProgressRoute<'_> {
     fn drop(&mut self) {
-        lock(&self.inner.state).progress.remove(&self.token);
-    }
-}
-
-/// A request on the wire; dropped before its outcome, it cancels itself.
-struct InFlight<'a> {
-    inner: &'a Inner,
-    id: u64,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if lock(&self.inner.state).pending.remove(&self.id).is_none() {
-            return; // answered, timed out or latched: nothing is waiting
-        }
-        CoreCounters::bump(&self.inner.counters.requests_cancelled);
-        let params = json!({"requestId": self.id, "reason": "the caller stopped waiting"});
-        let note = Message::text(jsonrpc::notification(tether_contract::mcp::method::CANCELLED, &params));
-        if self.inner.outbound.try_send(note).is_err() {
-            warn!(
-                id = self.id,
-                "request dropped mid-flight; the edge could not be told (queue full or closed)"
-            );
-        } else {
-            debug!(id = self.id, "request dropped mid-flight; edge told to cancel");
-        }
+        lock(&self.inner.progress).remove(&self.token);
     }
 }
 

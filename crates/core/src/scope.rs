@@ -207,7 +207,7 @@ impl Profiles {
     /// A malformed or unknown profile is a `forbidden` error for this caller
     /// only; the first failure is logged and counted.
     pub fn get(&self, name: &str) -> Result<Arc<CallerProfile>, WireError> {
-        let mut cache = crate::link::lock(&self.resolved);
+        let mut cache = tether_rpc::lock(&self.resolved);
         let entry = cache.entry(name.to_owned()).or_insert_with(|| {
             let outcome = match self.raw.get(name) {
                 Some(v) => resolve(name, v).map(Arc::new),

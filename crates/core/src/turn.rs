@@ -27,11 +27,12 @@ use tether_contract::{Budgets, ErrorKind, Leg, SchemaLimits, WireError};
 
 use crate::counters::CoreCounters;
 use crate::enforce::ToolSchemas;
-use crate::link::{lock, BackendLink};
+use crate::link::BackendLink;
 use crate::names;
 use crate::registry::{Registry, FIND_TOOLS};
 use crate::scope::{Binding, CallerProfile};
 use crate::source::{AuthPosture, CallContext, LatencyClass, ToolSource, CLIENT_SOURCE};
+use tether_rpc::lock;
 
 /// Most tools one `find_tools` call returns.
 const FIND_TOOLS_LIMIT: usize = 8;

@@ -35,6 +35,14 @@ pub enum Exit {
     ProtocolViolation(&'static str),
     /// A text frame that is not UTF-8.
     InvalidUtf8,
+    /// Too many malformed JSON-RPC frames within the strike window.
+    StruckOut,
+    /// `initialize` (or `server/discover`) or the first catalog read failed.
+    HandshakeFailed,
+    /// The edge is draining: the device should reconnect to another one.
+    Draining,
+    /// Writing to the device's socket failed: nothing more can be sent.
+    WriteFailed,
 }
 
 impl Exit {
@@ -51,13 +59,17 @@ impl Exit {
             Exit::FrameTooLarge => "frame_too_large",
             Exit::ProtocolViolation(_) => "protocol_violation",
             Exit::InvalidUtf8 => "invalid_utf8",
+            Exit::StruckOut => "protocol_error",
+            Exit::HandshakeFailed => "handshake_failed",
+            Exit::Draining => "drain",
+            Exit::WriteFailed => "transport_error",
         }
     }
 
     /// The close frame this exit sends, if the socket can still carry one.
     pub const fn close(self) -> Option<(CloseCode, &'static str)> {
         match self {
-            Exit::Disconnected | Exit::ConnectionLost | Exit::Latched => None,
+            Exit::Disconnected | Exit::ConnectionLost | Exit::Latched | Exit::WriteFailed => None,
             Exit::PeerClosed(code) => Some((code, "")),
             Exit::Shutdown => Some((CloseCode::Away, "edge shutting down")),
             Exit::CredentialExpired => {
@@ -68,6 +80,9 @@ impl Exit {
             Exit::FrameTooLarge => Some((CloseCode::Size, "frame exceeds the transport ceiling")),
             Exit::ProtocolViolation(_) => Some((CloseCode::Protocol, "WebSocket protocol violation")),
             Exit::InvalidUtf8 => Some((CloseCode::Invalid, "text frame is not valid UTF-8")),
+            Exit::StruckOut => Some((CloseCode::Policy, "too many malformed frames")),
+            Exit::HandshakeFailed => Some((CloseCode::Policy, "initialize or first tools/list failed")),
+            Exit::Draining => Some((CloseCode::Restart, "edge draining; reconnect elsewhere")),
         }
     }
 
@@ -121,6 +136,10 @@ mod tests {
             Exit::FrameTooLarge,
             Exit::ProtocolViolation("reserved_bits"),
             Exit::InvalidUtf8,
+            Exit::StruckOut,
+            Exit::HandshakeFailed,
+            Exit::Draining,
+            Exit::WriteFailed,
         ]
         .into_iter()
         .map(|e| (e, e.close().map(|(c, _)| u16::from(c))))
@@ -136,6 +155,10 @@ mod tests {
             Some(1009),
             Some(1002),
             Some(1007),
+            Some(1008),
+            Some(1008),
+            Some(1012),
+            None,
         ];
         assert_eq!(codes.iter().map(|(_, c)| *c).collect::<Vec<_>>(), want);
     }

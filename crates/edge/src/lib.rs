@@ -6,7 +6,7 @@
 //! - [`server`] — accept loop, mounted routes, in-process backend links, shutdown.
 //! - [`http`] — the router on the one port: upgrades, probes, `/metrics`, mounted routes.
 //! - [`upgrade`] — who may open a socket: path, origin, subprotocol, credential, limits.
-//! - [`session`] — one device session: pending calls, the closed latch, catalog reads.
+//! - [`session`] — one device session: its phases, calls, catalog reads and read loop.
 //! - [`exit`] — why a session ended, and the close code each reason owns.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
 //! - [`hub`] — the in-process router: connected sessions and backend events.
@@ -45,8 +45,4 @@ pub use config::EdgeConfig;
 pub use hub::Hub;
 pub use server::Edge;
 
-/// Locks `m`, taking the data back from a poisoned lock: a panicked holder
-/// must not wedge every later caller.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use tether_rpc::lock;

@@ -12,7 +12,6 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +23,7 @@ use crate::auth::{Keys, SecretError, SecretSource, Verifier};
 use crate::config::{ConfigError, EdgeConfig};
 use crate::counters::EdgeCounters;
 use crate::counters::EdgeMetrics;
+use crate::exit::Exit;
 use crate::http::{Door, Unauthenticated, MAX_HEAD};
 use crate::hub::Hub;
 use crate::idp::{Idp, IdpCounters};
@@ -207,7 +207,7 @@ async fn drain(hub: Arc<Hub>, shutdown: CancellationToken) {
         warn!(in_flight = hub.calls_in_flight(), "drain timeout reached with calls still in flight");
     }
     for session in hub.sessions() {
-        session.close_with("drain", CloseCode::Restart, "edge draining; reconnect elsewhere");
+        session.end(Exit::Draining);
     }
     shutdown.cancel();
 }

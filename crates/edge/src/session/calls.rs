@@ -1,0 +1,344 @@
+//! Requests to the device: one outcome each within its leg, backend
+//! `tools/call` with its gates and caps, progress relayed to the backend that
+//! asked, and the recent calls `sessions/inspect` shows.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info, warn, Instrument};
+
+use tether_contract::backend::{CallParams, CallResponse, NamePair, Progress, RecentCall, SessionInspect};
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::jsonrpc;
+use tether_contract::mcp::{self, meta, method, CallToolResult};
+use tether_contract::Leg;
+use tether_rpc::{lock, Outcome};
+
+use super::{cancel_on_device, ms, Session};
+use crate::counters::EdgeCounters;
+use crate::ws::Outbound;
+
+/// How many recent calls `sessions/inspect` shows.
+const RECENT_CALLS: usize = 32;
+/// Longest progress message relayed, in characters: a status line, not a payload.
+const PROGRESS_MESSAGE_CHARS: usize = 256;
+
+/// What the reader hands a waiting request.
+#[derive(Debug)]
+pub(super) enum Answer {
+    Result { value: Value, bytes: usize },
+    Error(Value),
+}
+
+/// What the edge remembers of a request it gave up on, to log its late answer.
+#[derive(Debug)]
+pub(super) struct Late {
+    pub(super) tool: String,
+    pub(super) deadline: Instant,
+}
+
+/// Why a request to the device produced no result.
+#[derive(Debug)]
+pub(super) enum RequestError {
+    Closed(String),
+    Timeout { id: u64 },
+    Remote(Value),
+    Overloaded,
+    Malformed(String),
+}
+
+/// `tools/call` params as the device receives them, serialized without a `Value` tree.
+#[derive(serde::Serialize)]
+struct DeviceCall<'a> {
+    name: &'a str,
+    arguments: &'a Value,
+    #[serde(rename = "_meta")]
+    meta: &'a Map<String, Value>,
+}
+
+/// Where a device's progress on one call goes: the backend link that asked, under its token.
+#[derive(Debug, Clone)]
+pub struct ProgressRelay {
+    /// The backend's `_meta.progressToken`.
+    pub token: Value,
+    /// The backend link's writer queue.
+    pub out: mpsc::Sender<Outbound>,
+    /// The last progress relayed: MCP's progress only increases.
+    last: Option<f64>,
+}
+
+impl ProgressRelay {
+    /// Relays progress to `out` under the backend's `token`.
+    pub fn new(token: Value, out: mpsc::Sender<Outbound>) -> ProgressRelay {
+        ProgressRelay { token, out, last: None }
+    }
+}
+
+/// Stops relaying a call's progress once the call is over, however it ends.
+struct ProgressGuard<'a> {
+    session: &'a Session,
+    token: u64,
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.session.progress).remove(&self.token);
+    }
+}
+
+impl Session {
+    /// Sends one request to the device and waits up to `leg` for its answer.
+    ///
+    /// Exactly one outcome: if the answer races the timer, the answer wins and
+    /// the timeout is not reported. Dropped mid-flight (the backend cancelled),
+    /// the device is told to stop.
+    pub(super) async fn request<P: serde::Serialize>(
+        &self,
+        method: &'static str,
+        params: P,
+        leg: Duration,
+        tool: &str,
+    ) -> Result<(Value, usize), RequestError> {
+        let deadline = Instant::now() + leg;
+        let request =
+            self.calls.open(Late { tool: tool.to_owned(), deadline }).map_err(RequestError::Closed)?;
+        let id = request.id();
+        let frame = jsonrpc::request(&Value::from(id), method, &params);
+        if let Err(e) = self.outbound.try_send(Outbound::Text(frame)) {
+            drop(request);
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    EdgeCounters::bump(&self.counters().outbound_full);
+                    warn!(session = %self.id, method, "device outbound queue full; request refused");
+                    RequestError::Overloaded
+                }
+                mpsc::error::TrySendError::Closed(_) => RequestError::Closed("disconnected".into()),
+            });
+        }
+        let abandoned = |id| {
+            if method == method::TOOLS_CALL {
+                EdgeCounters::bump(&self.counters().calls_cancelled);
+            }
+            info!(session = %self.id, request_id = id, method, tool, "request dropped by its caller; device told to cancel");
+            cancel_on_device(self, id, "the caller cancelled this call");
+        };
+        match request.wait_until(deadline, abandoned).await {
+            Outcome::Answered(Answer::Result { value, bytes }) => Ok((value, bytes)),
+            Outcome::Answered(Answer::Error(e)) => Err(RequestError::Remote(e)),
+            Outcome::Closed(reason) => Err(RequestError::Closed(reason)),
+            Outcome::TimedOut => Err(RequestError::Timeout { id }),
+        }
+    }
+
+    pub(super) fn request_error(&self, err: RequestError, leg: Leg, budget: Duration) -> WireError {
+        match err {
+            RequestError::Closed(reason) => WireError::channel_closed(&reason),
+            RequestError::Timeout { .. } => WireError::timeout(leg, ms(budget)),
+            RequestError::Overloaded => {
+                WireError::new(ErrorKind::Overloaded, "device outbound queue is full")
+            }
+            RequestError::Remote(e) => {
+                let device = WireError::from_json(&e);
+                WireError::new(ErrorKind::ClientError, format!("device error: {}", device.message))
+                    .with("device_code", e.get("code").cloned().unwrap_or(Value::Null))
+            }
+            RequestError::Malformed(why) => WireError::new(ErrorKind::ClientError, why),
+        }
+    }
+
+    /// Runs one backend `tools/call` against the device, and remembers it for inspection.
+    pub async fn call_tool(
+        &self,
+        params: CallParams,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse, WireError> {
+        let started = Instant::now();
+        let tool = params.name.clone();
+        let span = tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %tool);
+        let outcome = self.call_tool_inner(params, progress).instrument(span).await;
+        let call = RecentCall {
+            tool,
+            outcome: outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned()),
+            latency_ms: ms(started.elapsed()),
+        };
+        let mut recent = lock(&self.recent);
+        if recent.len() >= RECENT_CALLS {
+            recent.pop_front();
+        }
+        recent.push_back(call);
+        outcome
+    }
+
+    /// The operator's view of this session (`tether inspect`).
+    pub fn inspect(&self) -> SessionInspect {
+        let manifest = self.manifest.current();
+        SessionInspect {
+            session: self.id.clone(),
+            principal: self.principal.clone(),
+            server_info: self.server_info(),
+            protocol_version: self.revision().as_str().to_owned(),
+            seq: manifest.as_ref().map_or(0, |m| m.seq),
+            tools: manifest
+                .as_ref()
+                .map(|m| {
+                    m.table
+                        .pairs()
+                        .into_iter()
+                        .map(|(n, o)| NamePair { namespaced: n.to_owned(), original: o.to_owned() })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            dropped: manifest.as_ref().map(|m| m.dropped().to_vec()).unwrap_or_default(),
+            pending_calls: self.pending_calls(),
+            recent_calls: lock(&self.recent).iter().cloned().collect(),
+        }
+    }
+
+    async fn call_tool_inner(
+        &self,
+        params: CallParams,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse, WireError> {
+        let budgets = self.hub.config.budgets;
+        let caps = self.caps();
+        let Some(applied) = self.manifest.current() else {
+            return Err(WireError::new(ErrorKind::ToolUnavailable, "session has no manifest yet")
+                .with("available", Vec::<String>::new()));
+        };
+        if let Some(reason) = self.calls.closed() {
+            EdgeCounters::bump(&self.counters().calls_channel_closed);
+            return Err(WireError::channel_closed(&reason));
+        }
+        let Some(original) = applied.table.original(&params.name).map(str::to_owned) else {
+            return Err(WireError::new(
+                ErrorKind::ToolUnavailable,
+                format!("{} is not in the session's manifest (seq {})", params.name, applied.seq),
+            )
+            .with("available", applied.available())
+            .with("seq", applied.seq));
+        };
+        if let Err(refused) = applied.gate.check(&params.name, &params.arguments) {
+            EdgeCounters::bump(&self.counters().arguments_refused);
+            warn!(session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
+            return Err(refused);
+        }
+        let leg = params
+            .meta
+            .budget_ms
+            .map(|b| Duration::from_millis(b).min(budgets.tool_call))
+            .unwrap_or(budgets.tool_call);
+        let mut call_meta = self.request_meta();
+        call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
+        if let Some(key) = &params.meta.idempotency_key {
+            call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
+        }
+        // The device gets a token of the edge's own; its progress goes back under the backend's.
+        let _progress = progress.map(|relay| {
+            let token = self.calls.fresh_id();
+            call_meta.insert(meta::PROGRESS_TOKEN.into(), Value::from(token));
+            lock(&self.progress).insert(token, relay);
+            ProgressGuard { session: self, token }
+        });
+        let device_params = DeviceCall { name: &original, arguments: &params.arguments, meta: &call_meta };
+        let started = Instant::now();
+        let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
+        self.observe_leg(Leg::ToolCall, started);
+        let (value, bytes) = match outcome {
+            Ok(ok) => ok,
+            Err(RequestError::Timeout { id }) => {
+                EdgeCounters::bump(&self.counters().call_timeouts);
+                cancel_on_device(self, id, &format!("tether edge stopped waiting after {} ms", ms(leg)));
+                warn!(session = %self.id, call_id = id, tool = %params.name, original = %original, leg_ms = ms(leg), "tool_call leg expired; device told to cancel");
+                return Err(WireError::timeout(Leg::ToolCall, ms(leg)));
+            }
+            Err(RequestError::Closed(reason)) => {
+                EdgeCounters::bump(&self.counters().calls_channel_closed);
+                return Err(WireError::channel_closed(&reason));
+            }
+            Err(e) => return Err(self.request_error(e, Leg::ToolCall, leg)),
+        };
+        if bytes > caps.result_bytes {
+            EdgeCounters::bump(&self.counters().results_too_large);
+            warn!(session = %self.id, tool = %params.name, bytes, limit = caps.result_bytes, "tool result over the result cap refused");
+            return Err(WireError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("tool result of {bytes} bytes exceeds the {} byte cap", caps.result_bytes),
+            )
+            .with("direction", "response")
+            .with("bytes", bytes)
+            .with("limit", caps.result_bytes));
+        }
+        if crate::revision::input_required(&value) {
+            return Err(WireError::new(
+                ErrorKind::ClientError,
+                "the device asked for more input (input_required), which a tool call through the edge cannot supply",
+            )
+            .with("device_code", "input_required"));
+        }
+        let result: CallToolResult = serde_json::from_value(value).map_err(|e| {
+            WireError::new(ErrorKind::ClientError, format!("device sent a malformed CallToolResult: {e}"))
+        })?;
+        debug!(session = %self.id, tool = %params.name, elapsed_ms = ms(started.elapsed()), "call answered");
+
+        let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
+        let moved = response.result.seq().is_some_and(|s| s > applied.seq);
+        if moved {
+            EdgeCounters::bump(&self.counters().rereads_after_call);
+            if let Err(e) = self.read_catalog(budgets.reread).await {
+                EdgeCounters::bump(&self.counters().reread_failures);
+                warn!(session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
+                response.manifest_stale = true;
+            }
+        }
+        let current = self.manifest.current();
+        let stale_binding =
+            params.meta.bound_seq.is_some_and(|b| current.as_ref().is_some_and(|c| b < c.seq));
+        if let Some(current) = current {
+            if moved || stale_binding || current.seq != applied.seq {
+                response.manifest = Some((*current.view).clone());
+            }
+            response.seq = current.seq;
+        }
+        Ok(response)
+    }
+
+    /// Relays a device's `notifications/progress` to the backend that asked for
+    /// it. Progress for no call in flight, malformed, or not increasing is
+    /// dropped and counted (MCP: progress only increases).
+    pub(super) fn relay_progress(&self, params: &Value) {
+        let token = params.get(meta::PROGRESS_TOKEN).and_then(Value::as_u64);
+        let progress = params.get("progress").and_then(Value::as_f64).filter(|p| p.is_finite());
+        let total = params.get("total").and_then(Value::as_f64).filter(|t| t.is_finite());
+        let relay = {
+            let mut relays = lock(&self.progress);
+            match (token.and_then(|t| relays.get_mut(&t)), progress) {
+                (Some(relay), Some(p)) if relay.last.is_none_or(|last| p > last) => {
+                    relay.last = Some(p);
+                    Some(relay.clone())
+                }
+                _ => None,
+            }
+        };
+        let (Some(relay), Some(progress)) = (relay, progress) else {
+            EdgeCounters::bump(&self.counters().progress_dropped);
+            debug!(session = %self.id, "device progress dropped: no call in flight with its token, malformed, or not increasing");
+            return;
+        };
+        let message = params
+            .get("message")
+            .and_then(Value::as_str)
+            .map(|m| m.chars().take(PROGRESS_MESSAGE_CHARS).collect::<String>());
+        let note =
+            Progress { session: self.id.clone(), progress_token: relay.token, progress, total, message };
+        let frame =
+            jsonrpc::notification(mcp::method::PROGRESS, &serde_json::to_value(&note).unwrap_or_default());
+        if relay.out.try_send(Outbound::Text(frame)).is_err() {
+            EdgeCounters::bump(&self.counters().outbound_full);
+            debug!(session = %self.id, "progress not relayed: the backend's queue is full or closed");
+            return;
+        }
+        EdgeCounters::bump(&self.counters().progress_relayed);
+    }
+}

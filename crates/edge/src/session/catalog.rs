@@ -1,0 +1,291 @@
+//! The device's catalog: the handshake on either revision, client profiles,
+//! paged `tools/list` reads offered to the seq rule, and the refresher that
+//! re-reads on `list_changed`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use tether_contract::backend::{DropReason, DroppedTool, ListChanged};
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::jsonrpc;
+use tether_contract::mcp::{self, meta, method, InitializeResult, ListToolsResult};
+use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
+
+use super::calls::RequestError;
+use super::{Handshake, Session};
+use crate::caps;
+use crate::counters::EdgeCounters;
+use crate::hub::BackendEvent;
+use crate::manifest::{AppliedManifest, Identity, Swap};
+use crate::revision::Revision;
+
+/// Least time between two catalog re-reads triggered by `list_changed`.
+const LIST_CHANGED_MIN_INTERVAL: Duration = Duration::from_millis(200);
+
+impl Session {
+    /// The handshake: `initialize`, then the first catalog read. Returns the
+    /// first `manifest_applied` report, which the caller sends once the session
+    /// is listed: a device told its manifest applied can be called at once.
+    pub(super) async fn initialize(&self) -> Result<Option<Value>, WireError> {
+        let budget = self.hub.config.budgets.reread;
+        let (identity, revision) = match self.announced {
+            Some(Revision::V2026_07_28) => (self.discover(budget).await?, Revision::V2026_07_28),
+            _ => match self.initialize_2025(budget).await {
+                Ok(identity) => (identity, Revision::V2025_11_25),
+                // A device that answers `initialize` with an error may be one that
+                // speaks only 2026-07-28 and did not announce it: ask it that way.
+                Err(RequestError::Remote(error)) => {
+                    EdgeCounters::bump(&self.counters().revision_fallbacks);
+                    info!(session = %self.id, error = %error, "device refused initialize; trying server/discover (2026-07-28)");
+                    (self.discover(budget).await?, Revision::V2026_07_28)
+                }
+                Err(e) => return Err(self.request_error(e, Leg::Reread, budget)),
+            },
+        };
+        let caps = self.client_profile_caps(identity.server_info.get("name").and_then(Value::as_str));
+        let _ = self.handshake.set(Handshake { identity, revision, caps });
+        self.hub.metrics.sessions_by_revision.get_or_create(&[("revision", revision.as_str())]).inc();
+        let report = self.fetch_catalog(budget).await.map(|(_, report)| report)?;
+        if revision.stateless() {
+            self.listen_for_changes();
+        }
+        Ok(report)
+    }
+
+    /// The 2025-11-25 handshake: `initialize`, then `notifications/initialized`.
+    async fn initialize_2025(&self, budget: Duration) -> Result<Identity, RequestError> {
+        let params = json!({
+            "protocolVersion": MCP_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "tether-edge", "version": env!("CARGO_PKG_VERSION")},
+            "_meta": {meta::SESSION: self.id},
+        });
+        let (value, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE).await?;
+        let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
+            RequestError::Malformed(format!("device sent a malformed initialize result: {e}"))
+        })?;
+        self.claimed_session(init.meta.as_ref());
+        let concept = init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned();
+        self.send_notification(method::INITIALIZED, &json!({}));
+        Ok(Identity { server_info: init.server_info, instructions: init.instructions, concept })
+    }
+
+    /// The 2026-07-28 start: `server/discover` with the envelope; no handshake follows.
+    async fn discover(&self, budget: Duration) -> Result<Identity, WireError> {
+        let mut meta = crate::revision::envelope();
+        meta.insert(meta::SESSION.into(), Value::from(self.id.as_str()));
+        let discover = crate::revision::method::SERVER_DISCOVER;
+        let (value, _) = self
+            .request(discover, json!({ "_meta": meta }), budget, discover)
+            .await
+            .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
+        let found = crate::revision::read_discover(&value)
+            .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
+        self.claimed_session(value.get("_meta").and_then(Value::as_object));
+        Ok(Identity {
+            server_info: found.server_info,
+            instructions: found.instructions,
+            concept: found.concept,
+        })
+    }
+
+    /// Session identity is the edge's to mint, never a device's to claim.
+    fn claimed_session(&self, meta: Option<&Map<String, Value>>) {
+        if let Some(claimed) = meta.and_then(|m| m.get(meta::SESSION)) {
+            if claimed.as_str() != Some(self.id.as_str()) {
+                EdgeCounters::bump(&self.counters().session_claims_ignored);
+                let mut shown = claimed.to_string();
+                tether_contract::error::truncate_utf8(&mut shown, 80);
+                warn!(session = %self.id, claimed = %shown, "device claimed another session id; ignored");
+            }
+        }
+    }
+
+    /// The caps of the client profile matching the device's `serverInfo.name`,
+    /// or the edge's (a broken profile falls back to them, counted).
+    fn client_profile_caps(&self, server_name: Option<&str>) -> Caps {
+        let config = &self.hub.config;
+        let Some(server_name) = server_name else { return config.caps };
+        if let Some(profile) = config.client_profiles.iter().find(|p| p.server_name == server_name) {
+            debug!(session = %self.id, profile = %profile.name, "client profile applied");
+            return profile.caps;
+        }
+        if let Some(broken) =
+            config.broken_profiles.iter().find(|p| p.server_name.as_deref() == Some(server_name))
+        {
+            EdgeCounters::bump(&self.counters().client_profile_fallbacks);
+            warn!(session = %self.id, profile = %broken.name, "client profile is invalid; this device gets the default caps");
+        }
+        config.caps
+    }
+
+    /// Opens the 2026-07-28 `subscriptions/listen` stream for `list_changed`.
+    /// The request stays open for the session's life, so it has no pending
+    /// entry and no leg; its id is remembered to recognise its end.
+    fn listen_for_changes(&self) {
+        let id = self.calls.fresh_id();
+        self.listen_id.store(id, Ordering::Relaxed);
+        let params = json!({
+            "notifications": {"toolsListChanged": true},
+            "_meta": crate::revision::envelope(),
+        });
+        let frame =
+            jsonrpc::request(&Value::from(id), crate::revision::method::SUBSCRIPTIONS_LISTEN, &params);
+        if !self.send(frame, crate::revision::method::SUBSCRIPTIONS_LISTEN) {
+            warn!(session = %self.id, "could not open the list_changed subscription: outbound queue full");
+        }
+    }
+
+    /// Request params' `_meta` for this session's revision: the envelope on 2026-07-28.
+    pub(super) fn request_meta(&self) -> Map<String, Value> {
+        if self.revision().stateless() {
+            crate::revision::envelope()
+        } else {
+            Map::new()
+        }
+    }
+
+    /// Reads the device catalog (following `nextCursor`) within `budget`,
+    /// offers it to the manifest state, and reports an applied swap to the device.
+    pub async fn read_catalog(&self, budget: Duration) -> Result<Swap, WireError> {
+        let (swap, report) = self.fetch_catalog(budget).await?;
+        if let Some(report) = report {
+            self.send_notification(method::MANIFEST_APPLIED, &report);
+        }
+        Ok(swap)
+    }
+
+    /// [`Self::read_catalog`] without telling the device: returns the
+    /// `manifest_applied` report of an accepted swap for the caller to send.
+    async fn fetch_catalog(&self, budget: Duration) -> Result<(Swap, Option<Value>), WireError> {
+        let caps = self.caps();
+        let stamp = self.read_stamp.fetch_add(1, Ordering::Relaxed) + 1;
+        let read_started = Instant::now();
+        let deadline = read_started + budget;
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seq = None;
+        let mut context = None;
+        let mut pages = 0;
+        let mut paged_out = false;
+        loop {
+            pages += 1;
+            let mut params = Map::new();
+            if let Some(c) = &cursor {
+                params.insert("cursor".into(), Value::from(c.as_str()));
+            }
+            let envelope = self.request_meta();
+            if !envelope.is_empty() {
+                params.insert("_meta".into(), Value::Object(envelope));
+            }
+            let params = Value::Object(params);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (value, _) = self
+                .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST)
+                .await
+                .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
+            let page: ListToolsResult = serde_json::from_value(value).map_err(|e| {
+                WireError::new(
+                    ErrorKind::ClientError,
+                    format!("device sent a malformed tools/list result: {e}"),
+                )
+            })?;
+            seq = seq.or(mcp::seq_of(page.meta.as_ref()));
+            if context.is_none() {
+                context = page.meta.as_ref().and_then(|m| m.get(meta::CONTEXT)).cloned();
+            }
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) if pages < caps.max_list_pages && tools.len() <= caps.max_tools * 4 => {
+                    cursor = Some(next)
+                }
+                Some(_) => {
+                    paged_out = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        self.observe_leg(Leg::Reread, read_started);
+        let seq = seq.unwrap_or(stamp);
+        let mut intake = caps::intake(tools, &caps);
+        if paged_out {
+            intake.dropped.push(DroppedTool {
+                name: "*".into(),
+                bytes: 0,
+                reason: DropReason::TooManyPages,
+                detail: None,
+            });
+        }
+        for drop in &intake.dropped {
+            EdgeCounters::bump(&self.counters().tools_dropped);
+            self.hub.metrics.drops.get_or_create(&[("reason", drop.reason.as_str())]).inc();
+            warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), detail = drop.detail.as_deref().unwrap_or(""), "tool dropped from manifest");
+        }
+        for _ in 0..intake.descriptions_truncated {
+            EdgeCounters::bump(&self.counters().descriptions_truncated);
+        }
+        if intake.descriptions_truncated > 0 {
+            warn!(session = %self.id, seq, count = intake.descriptions_truncated, limit = caps.description_chars, "tool descriptions cut to the description cap");
+        }
+        let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
+        let empty = Identity::default();
+        let identity = self.handshake.get().map_or(&empty, |h| &h.identity);
+        let candidate = AppliedManifest::new(&self.id, seq, intake, context, identity);
+        let swap = self.manifest.offer(candidate);
+        let mut applied = None;
+        match swap {
+            Swap::Accepted { from, to } => {
+                EdgeCounters::bump(&self.counters().swaps_accepted);
+                info!(session = %self.id, from = ?from, to, "manifest swap accepted");
+                applied = Some(report);
+                if from.is_some() {
+                    self.hub.publish(BackendEvent::ListChanged(ListChanged {
+                        session: self.id.clone(),
+                        seq: to,
+                    }));
+                }
+            }
+            Swap::Rejected { applied, offered } => {
+                EdgeCounters::bump(&self.counters().swaps_rejected);
+                info!(session = %self.id, applied, offered, "stale manifest swap rejected");
+            }
+        }
+        Ok((swap, applied))
+    }
+
+    /// Re-reads the catalog whenever the device says it changed, one read at a time.
+    ///
+    /// Rate-limited: at most one `list_changed` re-read per `LIST_CHANGED_MIN_INTERVAL`;
+    /// notifications that arrive meanwhile coalesce into the next read (counted).
+    pub(super) async fn refresher(self: Arc<Self>) {
+        let budget = self.hub.config.budgets.reread;
+        let mut last_read: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = self.refresh.notified() => {}
+                _ = self.closed.cancelled() => return,
+            }
+            if let Some(earliest) = last_read.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
+                if Instant::now() < earliest {
+                    EdgeCounters::bump(&self.counters().list_changed_rate_limited);
+                    debug!(session = %self.id, "list_changed re-read held back by the rate limit");
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(earliest) => {}
+                        _ = self.closed.cancelled() => return,
+                    }
+                }
+            }
+            last_read = Some(Instant::now());
+            if let Err(e) = Box::pin(self.read_catalog(budget)).await {
+                EdgeCounters::bump(&self.counters().reread_failures);
+                warn!(session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
+            }
+        }
+    }
+}

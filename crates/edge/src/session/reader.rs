@@ -1,0 +1,246 @@
+//! The read loop: frames from the device, answers paired with their waiters,
+//! notifications dispatched, malformed frames struck, liveness kept, and the
+//! [`Exit`] the loop ends with.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::jsonrpc::{self, AnswerId, Frame};
+use tether_contract::mcp::{self, meta, method};
+use tether_rpc::Completion;
+
+use super::calls::Answer;
+use super::{ms, Session};
+use crate::counters::EdgeCounters;
+use crate::exit::Exit;
+use crate::ws::Outbound;
+
+/// How long malformed frames are remembered: strikes reset after a quiet minute.
+const STRIKE_WINDOW: Duration = Duration::from_secs(60);
+/// Malformed frames a device may send within a minute before the edge closes it with 1008.
+/// Each one still gets its structured error; a buggy device survives a few,
+/// a hostile one cannot keep the edge parsing garbage forever.
+pub const MAX_STRIKES: u32 = 8;
+
+/// Malformed frames within the current window; only the read loop touches it.
+struct Strikes {
+    count: u32,
+    since: Instant,
+}
+
+impl Strikes {
+    /// Counts one strike; true once the device has used up its allowance.
+    fn strike(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.since) > STRIKE_WINDOW {
+            *self = Strikes { count: 0, since: now };
+        }
+        self.count += 1;
+        self.count >= MAX_STRIKES
+    }
+}
+
+/// Reads until the socket ends; also pings quiet devices, closes half-open
+/// ones after the idle deadline, and closes at the credential's expiry.
+pub(super) async fn read_loop<S>(
+    session: &Session,
+    mut stream: S,
+    shutdown: &CancellationToken,
+    expires_at: Option<Instant>,
+) -> Exit
+where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let config = &session.hub.config;
+    let mut last_seen = Instant::now();
+    let mut strikes = Strikes { count: 0, since: last_seen };
+    // The next moment something may be due: a ping, the idle deadline (exactly
+    // `idle_timeout` after the last frame), or the credential's expiry.
+    let next_check = |now: Instant, last_seen: Instant| {
+        let due = (now + config.ping_interval).min(last_seen + config.idle_timeout);
+        expires_at.map_or(due, |e| e.min(due))
+    };
+    let mut check_at = next_check(last_seen, last_seen);
+    loop {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = shutdown.cancelled() => return Exit::Shutdown,
+            _ = session.closed.cancelled() => return Exit::Latched,
+            _ = tokio::time::sleep_until(check_at) => {
+                let now = Instant::now();
+                if expires_at.is_some_and(|e| now >= e) {
+                    EdgeCounters::bump(&session.counters().credentials_expired);
+                    info!(session = %session.id, "device credential expired; closing");
+                    return Exit::CredentialExpired;
+                }
+                if now.saturating_duration_since(last_seen) >= config.idle_timeout {
+                    EdgeCounters::bump(&session.counters().idle_closes);
+                    warn!(session = %session.id, "no traffic within the idle deadline; closing a half-open socket");
+                    return Exit::Idle;
+                }
+                if now.saturating_duration_since(last_seen) >= config.ping_interval
+                    && session.outbound.try_send(Outbound::Ping).is_err()
+                {
+                    EdgeCounters::bump(&session.counters().outbound_full);
+                }
+                check_at = next_check(now, last_seen);
+                continue;
+            }
+        };
+        last_seen = Instant::now();
+        match next {
+            None => return Exit::Disconnected,
+            Some(Ok(Message::Close(frame))) => {
+                // The device's own word on why it left (a bridge names its server's exit).
+                let Some(frame) = frame else { return Exit::PeerClosed(CloseCode::Normal) };
+                let mut why = frame.reason.to_string();
+                tether_contract::error::truncate_utf8(&mut why, 123);
+                info!(session = %session.id, code = u16::from(frame.code), reason = %why, "device closed the connection");
+                return Exit::PeerClosed(frame.code);
+            }
+            Some(Ok(Message::Text(text))) => {
+                if session.on_text(text.as_str()).is_err() && strikes.strike(last_seen) {
+                    EdgeCounters::bump(&session.counters().strikeouts);
+                    warn!(session = %session.id, strikes = MAX_STRIKES, "too many malformed frames; closing with 1008");
+                    return Exit::StruckOut;
+                }
+            }
+            Some(Ok(Message::Binary(_))) => {
+                EdgeCounters::bump(&session.counters().binary_frames);
+                session.hub.metrics.frame_refused("binary");
+                warn!(session = %session.id, "binary frame from device; closing with 1003");
+                return Exit::Binary;
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                let exit = Exit::from_read_error(&e);
+                match exit {
+                    Exit::FrameTooLarge => {
+                        EdgeCounters::bump(&session.counters().oversized_frames);
+                        session.hub.metrics.frame_refused("oversized");
+                        warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
+                    }
+                    Exit::ProtocolViolation(kind) => {
+                        EdgeCounters::bump(&session.counters().bad_frames);
+                        session.hub.metrics.frame_refused(kind);
+                        warn!(session = %session.id, kind, error = %e, "device broke WebSocket framing; closing with 1002");
+                    }
+                    Exit::InvalidUtf8 => {
+                        EdgeCounters::bump(&session.counters().bad_frames);
+                        session.hub.metrics.frame_refused("invalid_utf8");
+                        warn!(session = %session.id, "text frame that is not UTF-8; closing with 1007");
+                    }
+                    _ => debug!(session = %session.id, error = %e, "device socket read failed"),
+                }
+                return exit;
+            }
+        }
+    }
+}
+
+/// A text frame that was not a JSON-RPC frame; the device got its structured error.
+struct Malformed;
+
+impl Session {
+    /// Handles one text frame.
+    fn on_text(&self, text: &str) -> Result<(), Malformed> {
+        match jsonrpc::parse(text) {
+            Ok(Frame::Response { id, outcome }) => {
+                let answer = match outcome {
+                    Ok(value) => Answer::Result { value, bytes: text.len() },
+                    Err(error) => Answer::Error(error),
+                };
+                self.complete(&id, answer);
+            }
+            Ok(Frame::Notification { method, params }) => self.on_notification(&method, &params),
+            Ok(Frame::Request { id, method, .. }) => {
+                let frame = if method == method::PING {
+                    jsonrpc::response(&id, &json!({}))
+                } else {
+                    let err = WireError::new(
+                        ErrorKind::MethodNotFound,
+                        format!("the edge does not serve {method}"),
+                    );
+                    jsonrpc::error_response(&id, &err)
+                };
+                self.send(frame, "answer to a device request");
+            }
+            Err(e) => {
+                EdgeCounters::bump(&self.counters().bad_frames);
+                debug!(session = %self.id, error = %e, "bad frame from device");
+                let (id, err) = e.to_wire();
+                self.hub.metrics.frame_refused(err.kind.as_str());
+                self.send(jsonrpc::error_response(&id, &err), "structured error for a bad frame");
+                return Err(Malformed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pairs a device's answer with the request waiting for it.
+    fn complete(&self, raw_id: &Value, answer: Answer) {
+        let id = match jsonrpc::answer_id(raw_id) {
+            AnswerId::Exact(id) => id,
+            AnswerId::Coerced(id) => {
+                EdgeCounters::bump(&self.counters().answer_ids_coerced);
+                warn!(session = %self.id, call_id = id, answered = %raw_id, "device answered request {id} with the id spelled {raw_id} (JSON-RPC requires the same id); delivered by value");
+                id
+            }
+            AnswerId::Foreign => {
+                EdgeCounters::bump(&self.counters().unknown_responses);
+                debug!(session = %self.id, id = %raw_id, "response for an id the edge never used");
+                return;
+            }
+        };
+        if id != 0 && id == self.listen_id.load(Ordering::Relaxed) {
+            EdgeCounters::bump(&self.counters().subscriptions_ended);
+            warn!(session = %self.id, "device ended its list_changed subscription; its catalog changes reach the edge only after calls that move the seq");
+            return;
+        }
+        match self.calls.complete(id, answer) {
+            Completion::Delivered => {}
+            Completion::Late(late) => {
+                EdgeCounters::bump(&self.counters().late_answers);
+                let lateness = Instant::now().saturating_duration_since(late.deadline);
+                warn!(session = %self.id, call_id = id, tool = %late.tool, lateness_ms = ms(lateness), "late answer dropped");
+            }
+            Completion::Unknown => {
+                EdgeCounters::bump(&self.counters().unknown_responses);
+                debug!(session = %self.id, call_id = id, "response for an unknown or already answered id");
+            }
+        }
+    }
+
+    fn on_notification(&self, method: &str, params: &Value) {
+        if method == crate::revision::method::SUBSCRIPTIONS_ACKNOWLEDGED {
+            debug!(session = %self.id, "device acknowledged the list_changed subscription");
+            return;
+        }
+        if method == mcp::method::PROGRESS {
+            self.relay_progress(params);
+            return;
+        }
+        if method != method::LIST_CHANGED {
+            debug!(session = %self.id, method, "device notification ignored");
+            return;
+        }
+        let announced = params.get("_meta").and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64);
+        if let (Some(announced), Some(applied)) = (announced, self.manifest.seq()) {
+            if announced <= applied {
+                EdgeCounters::bump(&self.counters().list_changed_stale);
+                debug!(session = %self.id, announced, applied, "list_changed not newer than applied manifest");
+                return;
+            }
+        }
+        // Notify holds one permit: a burst of list_changed coalesces into one re-read.
+        self.refresh.notify_one();
+    }
+}
