@@ -16,8 +16,8 @@ use tokio_tungstenite::WebSocketStream;
 use common::{test_config, wait_until, DuplexEdge, LiveEdge};
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::ErrorKind;
+use tether_edge::config::BrokenProfile;
 use tether_edge::counters::EdgeCounters;
-use tether_edge::settings::BrokenProfile;
 use tether_harness::device::tool;
 use tether_harness::{Behavior, DeviceSpec};
 
@@ -291,7 +291,7 @@ async fn a_device_whose_profile_is_broken_gets_default_caps_counted() {
 async fn a_matching_client_profile_applies_its_caps() {
     let mut config = test_config();
     let caps = tether_contract::Caps { max_tools: 1, ..tether_contract::Caps::default() };
-    config.client_profiles.push(tether_edge::settings::ClientProfile {
+    config.client_profiles.push(tether_edge::config::ClientProfile {
         name: "sims".into(),
         server_name: "sim-device".into(),
         caps,

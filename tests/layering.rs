@@ -130,6 +130,23 @@ fn the_pending_table_is_shared_by_edge_and_core_and_depends_on_neither() {
 }
 
 #[test]
+fn configuration_is_resolved_outside_the_edge_and_core() {
+    let graph = Graph::get();
+    let config = graph.reach("tether-config");
+    assert!(config.contains("toml") && config.contains("tether-edge"), "graph sanity: {config:?}");
+    assert!(
+        !graph.reach("tether-edge").contains("toml"),
+        "the edge runs on a checked EdgeConfig; it parses no file"
+    );
+    for side in ["tether-edge", "tether-core", "tether-gateway"] {
+        assert!(
+            !graph.reach(side).contains("tether-config"),
+            "{side} must not reach the configuration crate"
+        );
+    }
+}
+
+#[test]
 fn the_bridge_reaches_the_edge_only_over_the_wire() {
     let bridge = Graph::get().reach("tether-bridge");
     assert!(bridge.contains("tether-contract") && bridge.contains("rmcp"), "graph sanity: {bridge:?}");

@@ -53,9 +53,9 @@ pub struct EdgeConfig {
     /// Requests without an `Origin` header (native clients) are not affected.
     pub allowed_origins: Vec<String>,
     /// Per-client profiles, matched by the device's `serverInfo.name`.
-    pub client_profiles: Vec<crate::settings::ClientProfile>,
+    pub client_profiles: Vec<ClientProfile>,
     /// Profiles that failed to resolve; their devices fall back to the default caps.
-    pub broken_profiles: Vec<crate::settings::BrokenProfile>,
+    pub broken_profiles: Vec<BrokenProfile>,
     /// The users' identity provider, whose tokens are accepted beside the edge's own.
     pub identity: Option<crate::idp::IdpConfig>,
 }
@@ -142,4 +142,24 @@ mod tests {
         let msg = c.validate().err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("per_tool"), "{msg}");
     }
+}
+
+/// A per-client profile: caps for devices whose `serverInfo.name` matches.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClientProfile {
+    /// Profile name (`[clients.NAME]`).
+    pub name: String,
+    /// Matched against the device's `serverInfo.name`.
+    pub server_name: String,
+    /// The caps for matching devices.
+    pub caps: Caps,
+}
+
+/// A profile that failed to resolve; devices it names fall back to defaults (counted).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BrokenProfile {
+    /// Profile name.
+    pub name: String,
+    /// Its `server_name`, when that much was readable.
+    pub server_name: Option<String>,
 }

@@ -15,7 +15,6 @@
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
 //! - [`auth`] — JWT verification and the signing secret.
 //! - [`config`] — embedded defaults, checked once.
-//! - [`settings`] — the TOML file, environment and flags, resolved with degradation.
 //! - [`counters`] — metrics: a counter for every fallback and drop, families, histograms.
 //! - [`ws`] — socket settings and the writer loop.
 //!
@@ -37,7 +36,6 @@ pub mod names;
 pub mod revision;
 pub mod server;
 pub mod session;
-pub mod settings;
 pub mod upgrade;
 pub mod ws;
 

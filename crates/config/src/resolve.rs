@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 use tether_contract::{Budgets, Caps};
+use tether_core::Profiles;
+use tether_edge::config::{BrokenProfile, ClientProfile, EdgeConfig};
+use tether_edge::idp::{IdpConfig, JwksSource};
 
-use crate::config::EdgeConfig;
-use crate::idp::{IdpConfig, JwksSource};
+use crate::SettingError;
 
 /// One problem found while resolving configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,34 +46,14 @@ pub enum LogFormat {
 }
 
 impl std::str::FromStr for LogFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SettingError;
+    fn from_str(s: &str) -> Result<Self, SettingError> {
         match s {
             "pretty" => Ok(LogFormat::Pretty),
             "json" => Ok(LogFormat::Json),
-            other => Err(format!("log format must be pretty or json, not {other:?}")),
+            other => Err(SettingError::LogFormat(other.to_owned())),
         }
     }
-}
-
-/// A per-client profile: caps for devices whose `serverInfo.name` matches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClientProfile {
-    /// Profile name (`[clients.NAME]`).
-    pub name: String,
-    /// Matched against the device's `serverInfo.name`.
-    pub server_name: String,
-    /// The caps for matching devices.
-    pub caps: Caps,
-}
-
-/// A profile that failed to resolve; devices it names fall back to defaults (counted).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BrokenProfile {
-    /// Profile name.
-    pub name: String,
-    /// Its `server_name`, when that much was readable.
-    pub server_name: Option<String>,
 }
 
 /// CLI flags that override everything else.
@@ -86,7 +68,7 @@ pub struct Flags {
 }
 
 /// The outcome of resolution.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Resolved {
     /// The configuration to run with (meaningful only when no issue is fatal).
     pub config: EdgeConfig,
@@ -94,8 +76,9 @@ pub struct Resolved {
     pub log_format: LogFormat,
     /// Everything that was wrong, fatal or degraded.
     pub issues: Vec<Issue>,
-    /// The raw `[callers]` table, for `tether-core` to resolve its caller profiles.
-    pub callers: Table,
+    /// Core's caller profiles from `[callers]` (each one checked: a broken
+    /// profile is an issue here, and its caller gets no client tools).
+    pub callers: Profiles,
 }
 
 impl Resolved {
@@ -265,15 +248,17 @@ struct AuthSection {
 }
 
 impl AuthSection {
-    fn resolve(self) -> Result<IdpConfig, String> {
+    fn resolve(self) -> Result<IdpConfig, SettingError> {
         let jwks = match (self.jwks_url, self.jwks_file) {
             (Some(url), None) if url.starts_with("https://") || url.starts_with("http://") => {
                 JwksSource::Url(url)
             }
-            (Some(url), None) => return Err(format!("jwks_url must be an http(s) URL, not {url:?}")),
+            (Some(url), None) => return Err(SettingError::JwksUrl(url)),
             (None, Some(file)) => JwksSource::File(file),
-            (Some(_), Some(_)) => return Err("set one of jwks_url and jwks_file, not both".into()),
-            (None, None) => return Err("[auth] needs jwks_url or jwks_file".into()),
+            (Some(_), Some(_)) => {
+                return Err(SettingError::Rule("set one of jwks_url and jwks_file, not both"))
+            }
+            (None, None) => return Err(SettingError::Rule("[auth] needs jwks_url or jwks_file")),
         };
         let mut idp = IdpConfig::new(jwks);
         idp.issuer = self.issuer;
@@ -284,7 +269,7 @@ impl AuthSection {
             idp.backend_audience = aud;
         }
         match self.jwks_refresh_secs {
-            Some(0) => return Err("jwks_refresh_secs must be at least 1".into()),
+            Some(0) => return Err(SettingError::Rule("jwks_refresh_secs must be at least 1")),
             Some(secs) => idp.refresh = Duration::from_secs(secs),
             None => {}
         }
@@ -330,12 +315,13 @@ fn locate(file: &str, text: &str, section: Option<&str>, key: &str) -> String {
     }
 }
 
-fn section<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
-    value.clone().try_into().map_err(|e: toml::de::Error| e.message().to_owned())
+fn section<T: DeserializeOwned>(value: &Value) -> Result<T, SettingError> {
+    value.clone().try_into().map_err(|e: toml::de::Error| SettingError::Shape(e.message().to_owned()))
 }
 
 /// Resolves configuration from an optional file (path and text), the environment and flags.
 pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>, flags: &Flags) -> Resolved {
+    let name = file.map(|(path, _)| path.display().to_string());
     let mut config = EdgeConfig::default();
     let mut issues = Vec::new();
     let mut log_format = LogFormat::default();
@@ -409,7 +395,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                 }
                 if let Some(v) = table.get("caps") {
                     let caps = section::<CapsSection>(v).map(|c| c.over(Caps::default()));
-                    match caps.and_then(|c| c.validate().map(|()| c).map_err(|e| e.to_string())) {
+                    match caps.and_then(|c| c.validate().map(|()| c).map_err(SettingError::from)) {
                         Ok(c) => config.caps = c,
                         Err(e) => issue(
                             locate(&name, text, Some("caps"), "caps"),
@@ -420,7 +406,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                 }
                 if let Some(v) = table.get("budgets") {
                     let budgets = section::<BudgetsSection>(v).map(|b| b.over(Budgets::default()));
-                    match budgets.and_then(|b| b.validate().map(|()| b).map_err(|e| e.to_string())) {
+                    match budgets.and_then(|b| b.validate().map(|()| b).map_err(SettingError::from)) {
                         Ok(b) => config.budgets = b,
                         Err(e) => issue(
                             locate(&name, text, Some("budgets"), "budgets"),
@@ -460,7 +446,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                     match section::<AuthSection>(v).and_then(AuthSection::resolve) {
                         Ok(idp) => config.identity = Some(idp),
                         // A credential setting never degrades: guessing could accept tokens it should not.
-                        Err(e) => issue(locate(&name, text, Some("auth"), "auth"), e, true),
+                        Err(e) => issue(locate(&name, text, Some("auth"), "auth"), e.to_string(), true),
                     }
                 }
                 if let Some(clients) = table.get("clients") {
@@ -533,24 +519,33 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     if let Some(f) = flags.log_format {
         log_format = f;
     }
+    let callers = Profiles::from_table(callers, std::sync::Arc::default());
+    for caller in callers.names() {
+        if let Err(e) = callers.get(&caller) {
+            let location = name
+                .as_deref()
+                .map_or_else(|| format!("[callers.{caller}]"), |n| format!("{n} [callers.{caller}]"));
+            issue(location, format!("{}; this caller would get no client tools", e.message), false);
+        }
+    }
     Resolved { config, log_format, issues, callers }
 }
 
 /// `[clients.NAME]` is `server_name` plus any `[caps]` keys, inline.
-fn resolve_client(name: &str, value: &Value, base: Caps) -> Result<ClientProfile, String> {
-    let mut table = value.as_table().cloned().ok_or("a client profile must be a table")?;
+fn resolve_client(name: &str, value: &Value, base: Caps) -> Result<ClientProfile, SettingError> {
+    let mut table =
+        value.as_table().cloned().ok_or(SettingError::Rule("a client profile must be a table"))?;
     let server_name = match table.remove("server_name") {
         Some(Value::String(s)) => s,
-        Some(_) => return Err("server_name must be a string".into()),
-        None => return Err("missing server_name (the device's serverInfo.name to match)".into()),
+        Some(_) => return Err(SettingError::Rule("server_name must be a string")),
+        None => {
+            return Err(SettingError::Rule("missing server_name (the device's serverInfo.name to match)"))
+        }
     };
     let caps = section::<CapsSection>(&Value::Table(table))?.over(base);
-    caps.validate().map_err(|e| e.to_string())?;
+    caps.validate()?;
     if caps.transport_ceiling > base.transport_ceiling {
-        return Err(format!(
-            "a client profile cannot raise the transport ceiling above the edge's {}",
-            base.transport_ceiling
-        ));
+        return Err(SettingError::CeilingRaised(base.transport_ceiling));
     }
     Ok(ClientProfile { name: name.to_owned(), server_name, caps })
 }
@@ -600,7 +595,7 @@ tools = ["client__*"]
         assert_eq!(r.config.outbound_queue, 64);
         assert_eq!(r.config.client_profiles[0].caps.max_tools, 8);
         assert_eq!(r.config.client_profiles[0].caps.description_chars, 512, "inherits the edge caps");
-        assert!(r.callers.contains_key("support"));
+        assert_eq!(r.callers.names(), vec!["support".to_owned()]);
     }
 
     #[test]
@@ -652,7 +647,7 @@ max_tool = 3
             run("[auth]\njwks_url = \"https://idp.example/jwks.json\"\nissuer = \"https://idp.example/\"\n");
         assert!(!r.is_fatal(), "{:?}", r.issues);
         let idp = r.config.identity.as_ref().unwrap();
-        assert_eq!(idp.jwks, crate::idp::JwksSource::Url("https://idp.example/jwks.json".into()));
+        assert_eq!(idp.jwks, JwksSource::Url("https://idp.example/jwks.json".into()));
         assert_eq!(idp.issuer.as_deref(), Some("https://idp.example/"));
         assert_eq!(
             (idp.client_audience.as_str(), idp.backend_audience.as_str()),

@@ -1,0 +1,87 @@
+//! `tether serve`: the edge worker, with the MCP endpoint on its own port.
+
+use std::path::PathBuf;
+
+use tether_config::{Flags, LogFormat, Resolved};
+use tether_edge::Edge;
+use tether_gateway::{Gateway, GatewayConfig};
+
+use crate::common::{announce, init_tracing, install_signals};
+
+/// Flags of `tether serve`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// TOML configuration file (also TETHER_CONFIG).
+    #[arg(long, env = "TETHER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:7878].
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Where the generated JWT secret lives (default: $TETHER_DATA_DIR or ~/.local/share/tether).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Log format: pretty or json.
+    #[arg(long)]
+    log_format: Option<LogFormat>,
+    /// The URL agents reach the MCP endpoint's server at, behind a proxy
+    /// (e.g. https://agents.example.com); by default built from the request's Host.
+    #[arg(long, env = "TETHER_PUBLIC_URL")]
+    public_url: Option<String>,
+}
+
+/// Resolves the configuration file (if any) with the environment and `flags`.
+pub(crate) fn read_config(path: Option<&PathBuf>, flags: &Flags) -> Result<Resolved, String> {
+    let text = match path {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("config {}: {e}", p.display()))?),
+        None => None,
+    };
+    let file = path.zip(text.as_deref()).map(|(p, t)| (p.as_path(), t));
+    Ok(tether_config::resolve(file, |k| std::env::var(k).ok(), flags))
+}
+
+/// Runs the edge until a signal stops it.
+pub(crate) async fn run(args: Args) -> Result<(), String> {
+    let Args { config, listen, data_dir, log_format, public_url } = args;
+    let flags = Flags { listen, data_dir, log_format };
+    let resolved = read_config(config.as_ref(), &flags)?;
+    init_tracing("info", resolved.log_format);
+    for issue in &resolved.issues {
+        if issue.fatal {
+            tracing::error!(location = %issue.location, "{}", issue.message);
+        } else {
+            tracing::warn!(location = %issue.location, "configuration degraded: {}", issue.message);
+        }
+    }
+    if resolved.is_fatal() {
+        return Err("configuration cannot start the edge (see the errors above)".into());
+    }
+    // Every session is a socket: lift the soft fd limit to the hard one.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!(error = %e, "could not raise the open-file limit");
+    }
+    let degraded = resolved.issues.len() as u64;
+    let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
+    let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
+    let edge = mount_mcp(edge, issuer, public_url).await;
+    edge.hub().counters().config_errors.inc_by(degraded);
+    let addr = edge.local_addr().map_err(|e| e.to_string())?;
+    install_signals(edge.drain_token(), edge.shutdown_token())?;
+    announce(&format!("listening on ws://{addr}\nMCP endpoint on http://{addr}/mcp"));
+    edge.run().await;
+    Ok(())
+}
+
+/// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
+async fn mount_mcp(edge: Edge, issuer: Option<String>, public_url: Option<String>) -> Edge {
+    let pipe = edge.attach_backend("tether-mcp");
+    let gateway =
+        Gateway::attach(pipe, GatewayConfig { issuer, public_url, ..GatewayConfig::default() }).await;
+    let routes = gateway.router();
+    let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stop_streams.cancel();
+    });
+    edge.hub().metrics.also_render(move || gateway.metrics().render());
+    edge.mount(routes, |response| response.extensions().get::<tether_gateway::Authenticated>().is_some())
+}
