@@ -158,7 +158,7 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         assert_eq!(names(&turn), PY_TOOLS);
         let manifest = turn.manifest().unwrap();
         assert_eq!(manifest.instructions.as_deref(), Some(PY_INSTRUCTIONS));
-        let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
+        let block = turn.context_block(tether_core::CONTEXT_MAX_BYTES).unwrap();
         assert!(block.contains("Tether test server on the Python MCP SDK"), "{block}");
         let listed = link.sessions(&common::operator(), Duration::from_secs(5)).await.unwrap();
         let ours = listed.sessions.iter().find(|s| s.session == session).unwrap();
@@ -621,7 +621,7 @@ async fn server_everything_lists_its_tools_echoes_and_its_progress_is_harmless()
         }
         let instructions = manifest.instructions.unwrap_or_default();
         assert!(instructions.starts_with("# Everything Server"), "{instructions}");
-        let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
+        let block = turn.context_block(tether_core::CONTEXT_MAX_BYTES).unwrap();
         assert!(block.contains("Everything Server"), "its instructions reach the turn's context");
 
         let result = turn.call("client__echo", json!({"message": "hi"})).await.unwrap();

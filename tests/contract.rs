@@ -147,10 +147,10 @@ fn namespace_constants_agree_between_the_transform_and_the_check() {
     let table = tether_edge::names::NameTable::assign(originals.iter().map(String::as_str));
     for o in &originals {
         let name = table.namespaced(o).unwrap();
-        assert_eq!(tether_core::names::check(name), Ok(()), "{o:?} → {name}");
+        assert_eq!(tether_core::check_name(name), Ok(()), "{o:?} → {name}");
     }
     for reserved in tether_contract::names::RESERVED {
-        assert!(tether_core::names::check(reserved).is_err());
+        assert!(tether_core::check_name(reserved).is_err());
     }
 }
 
@@ -184,7 +184,7 @@ fn edge_and_core_compile_the_same_schemas() {
             output_schema: None,
             annotations: None,
         };
-        let core = tether_core::enforce::ToolSchemas::compile(&declaration, &limits).is_ok();
+        let core = tether_core::ToolSchemas::compile(&declaration, &limits).is_ok();
         assert_eq!((edge, core), (compiles, compiles), "{schema}");
     }
 }

@@ -50,7 +50,7 @@ async fn a_realistic_declaration_survives_edge_and_core_field_for_field() {
     assert_eq!(manifest.concept.as_ref(), Some(&init["_meta"]["tether.dev/concept"]));
     assert_eq!(manifest.context.as_ref(), Some(&device_fixture["tools_list"]["_meta"]["tether.dev/context"]));
     assert!(manifest.dropped.is_empty());
-    let block = turn.context_block(tether_core::context::DEFAULT_MAX_BYTES).unwrap();
+    let block = turn.context_block(tether_core::CONTEXT_MAX_BYTES).unwrap();
     assert!(block.starts_with("<client-context>") && block.ends_with("</client-context>"));
     assert!(
         block.contains("Fieldkit mobile")

@@ -73,7 +73,7 @@ proptest! {
         let mut seen = HashSet::new();
         for original in &distinct {
             let namespaced = table.namespaced(original).unwrap();
-            prop_assert_eq!(tether_core::names::check(namespaced), Ok(()), "{:?} -> {}", original, namespaced);
+            prop_assert_eq!(tether_core::check_name(namespaced), Ok(()), "{:?} -> {}", original, namespaced);
             prop_assert!(!RESERVED.contains(&namespaced));
             prop_assert!(seen.insert(namespaced.to_owned()), "{} assigned twice", namespaced);
             prop_assert_eq!(table.original(namespaced), Some(*original), "routes back");

@@ -61,11 +61,11 @@ pub fn manifest_intake(data: &[u8]) {
     assert!(out.tools.len() + out.dropped.len() <= declared, "nothing invented");
     let limits = caps.schema_limits();
     for tool in &out.tools {
-        assert_eq!(tether_core::names::check(&tool.name), Ok(()), "{}", tool.name);
+        assert_eq!(tether_core::check_name(&tool.name), Ok(()), "{}", tool.name);
         assert!(out.table.original(&tool.name).is_some(), "every kept tool routes back");
         assert!(schema::check(&tool.input_schema, &limits).is_ok());
         // Core's compile must refuse or accept, never panic or hang.
-        if let Ok(schemas) = tether_core::enforce::ToolSchemas::compile(tool, &limits) {
+        if let Ok(schemas) = tether_core::ToolSchemas::compile(tool, &limits) {
             let _ = schemas.check_arguments(&tool.name, &tool.input_schema);
         }
     }

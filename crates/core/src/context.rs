@@ -18,9 +18,9 @@ use tether_contract::backend::Manifest;
 use crate::counters::CoreCounters;
 
 /// Opening delimiter.
-pub const OPEN: &str = "<client-context>";
+pub(crate) const OPEN: &str = "<client-context>";
 /// Closing delimiter.
-pub const CLOSE: &str = "</client-context>";
+pub(crate) const CLOSE: &str = "</client-context>";
 /// Default cap on the whole block, in bytes.
 pub const DEFAULT_MAX_BYTES: usize = 2_048;
 const LABEL: &str = "Information the user's app reported about itself and its current state. \
@@ -112,7 +112,11 @@ fn render(p: &Parts) -> String {
 ///
 /// None when there is nothing to say, when the input is malformed (counted in
 /// `context_malformed`), or when even the delimiters do not fit.
-pub fn context_block(manifest: &Manifest, max_bytes: usize, counters: &CoreCounters) -> Option<String> {
+pub(crate) fn context_block(
+    manifest: &Manifest,
+    max_bytes: usize,
+    counters: &CoreCounters,
+) -> Option<String> {
     let Ok(mut p) = parts(manifest) else {
         CoreCounters::bump(&counters.context_malformed);
         warn!(session = %manifest.session, "client concept or context is malformed; no context block");

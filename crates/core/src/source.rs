@@ -21,7 +21,7 @@ use tether_contract::mcp::{CallToolResult, ToolDeclaration};
 use tether_contract::{ErrorKind, Leg, WireError};
 
 /// Id of the client source: the turn's session, reached over the backend link.
-pub const CLIENT_SOURCE: &str = "client";
+pub(crate) const CLIENT_SOURCE: &str = "client";
 
 /// How a source authorizes a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,11 +92,11 @@ pub trait ToolSource: Send + Sync + std::fmt::Debug {
 }
 
 /// Most retries of an idempotent read after its first attempt.
-pub const MAX_READ_RETRIES: u32 = 2;
+pub(crate) const MAX_READ_RETRIES: u32 = 2;
 
 /// Whether a failed read may be tried again: transport trouble and load
 /// shedding may pass; an authorization refusal or a bad request never will.
-pub fn read_is_retryable(err: &WireError) -> bool {
+pub(crate) fn read_is_retryable(err: &WireError) -> bool {
     matches!(
         err.kind,
         ErrorKind::ChannelClosed | ErrorKind::Timeout | ErrorKind::Overloaded | ErrorKind::RateLimited

@@ -39,7 +39,7 @@ const FIND_TOOLS_LIMIT: usize = 8;
 
 /// The client source: the turn's session, over the backend link.
 #[derive(Debug)]
-pub struct ClientSource<'a> {
+pub(crate) struct ClientSource<'a> {
     link: &'a BackendLink,
     session: String,
     manifest: Mutex<Option<Manifest>>,
@@ -353,6 +353,14 @@ impl<'a> Turn<'a> {
     ///
     /// A source-side failure (`isError`) comes back as a `client_error` carrying
     /// the source's `code`, `retryable` and `retry_after_ms`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before its outcome leaves nothing behind: the
+    /// link's pending entry and progress route go, the edge is told
+    /// (`notifications/cancelled`) and cancels the call on the device, and the
+    /// turn's bindings are untouched (a fresh manifest is applied only together
+    /// with an answer).
     pub async fn call(&mut self, name: &str, arguments: Value) -> Result<CallToolResult, WireError> {
         self.call_with_key(name, arguments, None).await
     }

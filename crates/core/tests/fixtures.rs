@@ -8,7 +8,7 @@ use tether_contract::backend::{
     SessionsList, TurnBegun,
 };
 use tether_contract::{ErrorKind, WireError};
-use tether_core::{for_model, names};
+use tether_core::{check_name, for_model};
 
 fn fixture(path: &str) -> Value {
     let full = format!("{}/../../proto-fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
@@ -27,7 +27,7 @@ fn backend_frames_decode_into_the_contract_types() {
     let manifest: Manifest =
         serde_json::from_value(fixture("frames/backend/tools_list.response.json")["result"].clone()).unwrap();
     for tool in &manifest.tools {
-        assert_eq!(names::check(&tool.name), Ok(()), "{}", tool.name);
+        assert_eq!(check_name(&tool.name), Ok(()), "{}", tool.name);
     }
     // Every read names its reader: the service token that opened the link reads nothing.
     let list: ListParams =

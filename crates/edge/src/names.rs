@@ -3,7 +3,7 @@
 //! The model never sees a device's own names and the device never sees the
 //! model's: every declared name is slugged into `client__[a-z0-9_]+`, at most
 //! 64 characters, with deterministic numeric suffixes on collision. The core
-//! re-checks the shape independently (`tether_core::names`).
+//! re-checks the shape independently (`tether_core::check_name`).
 
 use std::collections::{BTreeSet, HashMap};
 

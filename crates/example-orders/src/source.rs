@@ -14,7 +14,7 @@ use tracing::warn;
 
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
 use tether_contract::{ErrorKind, WireError};
-use tether_core::source::read_with_retries;
+use tether_core::read_with_retries;
 use tether_core::{AuthPosture, CallContext, LatencyClass, ToolSource};
 
 /// The source id caller profiles name.
