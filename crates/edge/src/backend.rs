@@ -18,9 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use tether_contract::backend::{
-    method, CallParams, ListParams, ReaderInfo, SessionInfo, SessionParams, SessionsList, TurnBegun,
-};
+use tether_contract::backend::{method, CallParams, ListParams, SessionParams, SessionsList};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp;
@@ -28,7 +26,8 @@ use tether_contract::mcp;
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
 use crate::hub::Hub;
-use crate::session::{ProgressRelay, Session};
+use crate::router::Reader;
+use crate::session::ProgressRelay;
 use crate::ws::{write_loop, Outbound};
 
 fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
@@ -38,29 +37,17 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
         .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("invalid params: {e}")))
 }
 
-fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
-    if let Some(s) = hub.session(id) {
-        return Ok(s);
-    }
-    Err(match hub.closed_reason(id) {
-        Some(reason) => {
-            EdgeCounters::bump(&hub.counters().calls_channel_closed);
-            WireError::channel_closed(&reason).with("session", id)
-        }
-        None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}"))
-            .with("session", id),
-    })
-}
-
-/// The data-scope gate: a call runs only for a turn whose verified user owns the session.
+/// Verifies a call's user credential: the turn's verified user, whose
+/// sessions alone it may call (the router checks ownership where the session lives).
 ///
 /// The backend's service token opened the link; it does not grant any
 /// session. The turn's user credential (`_meta.credential`, a `tether-client`
-/// token) must verify and its `sub` must be the session's principal.
-fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(), WireError> {
+/// token) must verify.
+fn caller(hub: &Hub, session: &str, credential: Option<&str>) -> Result<String, WireError> {
     let refuse = |kind: ErrorKind, message: String| {
         EdgeCounters::bump(&hub.counters().calls_forbidden);
-        Err(WireError::new(kind, message).with("session", session.id.as_str()))
+        debug!(session, kind = kind.as_str(), "call refused: no valid user credential");
+        Err(WireError::new(kind, message).with("session", session))
     };
     let Some(token) = credential else {
         return refuse(
@@ -72,75 +59,37 @@ fn authorize(hub: &Hub, session: &Session, credential: Option<&str>) -> Result<(
         Err(reason) => {
             refuse(ErrorKind::Unauthenticated, format!("the turn's user credential was refused: {reason}"))
         }
-        Ok(claims) if claims.sub != session.principal => {
-            refuse(ErrorKind::Forbidden, "the turn's user does not own this session".into())
-        }
-        Ok(_) => Ok(()),
+        Ok(claims) => Ok(claims.sub),
     }
 }
 
-/// Who is reading: a user sees their own sessions, an operator every one.
-#[derive(Debug)]
-enum Reader {
-    User(String),
-    Operator(String),
-}
-
-impl Reader {
-    /// Verifies a read's credential: a user's (`tether-client`) or an operator's
-    /// (`tether-operator`). Nothing else reads, whatever token opened the link.
-    fn verify(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Reader, WireError> {
-        let refuse = |kind: ErrorKind, message: String| {
-            EdgeCounters::bump(&hub.counters().reads_refused);
-            debug!(method = method_name, kind = kind.as_str(), "session read refused");
-            Err(WireError::new(kind, message))
-        };
-        let Some(token) = credential else {
-            return refuse(
-                ErrorKind::Forbidden,
-                format!("{method_name} needs the user's credential (or an operator's) in _meta.credential"),
-            );
-        };
-        match hub.auth.verify(token, Link::Client) {
-            Ok(claims) => Ok(Reader::User(claims.sub)),
-            Err(as_user) => match hub.auth.verify(token, Link::Operator) {
-                Ok(claims) => {
-                    EdgeCounters::bump(&hub.counters().operator_reads);
-                    info!(operator = %claims.sub, method = method_name, "operator credential used to read sessions");
-                    Ok(Reader::Operator(claims.sub))
-                }
-                Err(_) => refuse(
-                    ErrorKind::Unauthenticated,
-                    format!("the reader's credential was refused: {as_user}"),
-                ),
-            },
-        }
+/// Verifies a read's credential: a user's (`tether-client`) or an operator's
+/// (`tether-operator`). Nothing else reads, whatever token opened the link.
+fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Reader, WireError> {
+    let refuse = |kind: ErrorKind, message: String| {
+        EdgeCounters::bump(&hub.counters().reads_refused);
+        debug!(method = method_name, kind = kind.as_str(), "session read refused");
+        Err(WireError::new(kind, message))
+    };
+    let Some(token) = credential else {
+        return refuse(
+            ErrorKind::Forbidden,
+            format!("{method_name} needs the user's credential (or an operator's) in _meta.credential"),
+        );
+    };
+    match hub.auth.verify(token, Link::Client) {
+        Ok(claims) => Ok(Reader::User(claims.sub)),
+        Err(as_user) => match hub.auth.verify(token, Link::Operator) {
+            Ok(claims) => {
+                EdgeCounters::bump(&hub.counters().operator_reads);
+                info!(operator = %claims.sub, method = method_name, "operator credential used to read sessions");
+                Ok(Reader::Operator(claims.sub))
+            }
+            Err(_) => {
+                refuse(ErrorKind::Unauthenticated, format!("the reader's credential was refused: {as_user}"))
+            }
+        },
     }
-
-    /// Whether this reader may see `session`.
-    fn sees(&self, session: &Session) -> bool {
-        match self {
-            Reader::User(sub) => *sub == session.principal,
-            Reader::Operator(_) => true,
-        }
-    }
-}
-
-/// The session a read names, if the reader may see it: another user's session
-/// is `forbidden` and reveals nothing but that.
-fn readable(hub: &Hub, method_name: &str, p: &SessionParams) -> Result<Arc<Session>, WireError> {
-    let reader = Reader::verify(hub, method_name, p.meta.credential.as_deref())?;
-    let s = session(hub, &p.session)?;
-    if reader.sees(&s) {
-        if let Reader::Operator(operator) = &reader {
-            info!(%operator, method = method_name, session = %s.id, "operator read a session");
-        }
-        return Ok(s);
-    }
-    EdgeCounters::bump(&hub.counters().reads_refused);
-    debug!(method = method_name, session = %s.id, "session read refused: another user's session");
-    Err(WireError::new(ErrorKind::Forbidden, "the credential's user does not own this session")
-        .with("session", s.id.as_str()))
 }
 
 /// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
@@ -157,52 +106,28 @@ pub async fn handle(
     raw: Value,
     writer: &mpsc::Sender<Outbound>,
 ) -> Result<Box<RawValue>, WireError> {
+    let router = hub.router();
     match method_name {
         method::SESSIONS_LIST => {
             let p: ListParams = params(raw)?;
-            let reader = Reader::verify(hub, method_name, p.meta.credential.as_deref())?;
-            let candidates = match &p.session {
-                Some(id) => hub.session(id).into_iter().collect(),
-                None => hub.sessions(),
-            };
-            let sessions = candidates
-                .into_iter()
-                .filter(|s| reader.sees(s))
-                .map(|s| {
-                    let manifest = s.manifest();
-                    SessionInfo {
-                        session: s.id.clone(),
-                        principal: s.principal.clone(),
-                        server_info: s.server_info(),
-                        protocol_version: s.revision().as_str().to_owned(),
-                        seq: manifest.as_ref().map_or(0, |m| m.seq),
-                        tools: manifest.as_ref().map_or(0, |m| m.view.tools.len()),
-                    }
-                })
-                .collect();
-            let reader = match reader {
-                Reader::User(principal) => ReaderInfo { principal, operator: false },
-                Reader::Operator(principal) => ReaderInfo { principal, operator: true },
-            };
-            to_value(&SessionsList { sessions, reader: Some(reader) })
+            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            let sessions = router.list(hub, &reader, p.session.as_deref()).await?;
+            to_value(&SessionsList { sessions, reader: Some(reader.info()) })
         }
         method::TURN_BEGIN => {
             let p: SessionParams = params(raw)?;
-            let s = readable(hub, method_name, &p)?;
-            let seq = s.manifest().map_or(0, |m| m.seq);
-            to_value(&TurnBegun { turn: uuid::Uuid::new_v4().to_string(), session: s.id.clone(), seq })
+            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            to_value(&router.begin_turn(hub, &p.session, &reader).await?)
         }
         method::SESSIONS_INSPECT => {
             let p: SessionParams = params(raw)?;
-            to_value(&readable(hub, method_name, &p)?.inspect())
+            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            to_value(&router.inspect(hub, &p.session, &reader).await?)
         }
         method::TOOLS_LIST => {
             let p: SessionParams = params(raw)?;
-            let s = readable(hub, method_name, &p)?;
-            match s.manifest() {
-                Some(m) => to_value(&*m.view),
-                None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),
-            }
+            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            to_value(&*router.manifest(hub, &p.session, &reader).await?)
         }
         method::TOOLS_CALL => {
             let p: CallParams = params(raw)?;
@@ -213,15 +138,12 @@ pub async fn handle(
                     .with("retry_after_ms", 1000))
             } else {
                 let _in_flight = hub.call_guard();
-                match session(hub, &p.session) {
-                    Ok(s) => match authorize(hub, &s, p.meta.credential.as_deref()) {
-                        Ok(()) => {
-                            let relay =
-                                p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
-                            s.call_tool(p, relay).await
-                        }
-                        Err(e) => Err(e),
-                    },
+                match caller(hub, &p.session, p.meta.credential.as_deref()) {
+                    Ok(owner) => {
+                        let relay =
+                            p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
+                        router.call(hub, p, &owner, relay).await
+                    }
                     Err(e) => Err(e),
                 }
             };

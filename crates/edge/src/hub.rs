@@ -1,7 +1,5 @@
-//! The in-process router: which sessions are connected, and who hears about them.
-//!
-//! This is the seam a cluster scales out behind: a later NATS router answers
-//! the same questions for sessions held by other edges.
+//! Shared state of one edge: the sessions it holds, who hears about them,
+//! admission slots, drain, and the [`Router`] backend requests go through.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,6 +14,7 @@ use tokio::sync::{broadcast, Notify};
 use crate::auth::Verifier;
 use crate::config::EdgeConfig;
 use crate::counters::{EdgeCounters, EdgeMetrics};
+use crate::router::{Local, Router};
 use crate::session::Session;
 
 /// How many recently closed session ids are remembered, so a late call gets
@@ -68,6 +67,7 @@ pub struct Hub {
     per_ip_unauthenticated: DashMap<std::net::IpAddr, usize>,
     idle: Notify,
     events: broadcast::Sender<BackendEvent>,
+    router: Box<dyn Router>,
 }
 
 impl Hub {
@@ -91,7 +91,13 @@ impl Hub {
             per_ip_unauthenticated: DashMap::new(),
             idle: Notify::new(),
             events,
+            router: Box::new(Local),
         })
+    }
+
+    /// Where backend reads and calls go by session id.
+    pub fn router(&self) -> &dyn Router {
+        self.router.as_ref()
     }
 
     /// The flat fallback counters.

@@ -9,7 +9,8 @@
 //! - [`session`] — one device session: its phases, calls, catalog reads and read loop.
 //! - [`exit`] — why a session ended, and the close code each reason owns.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
-//! - [`hub`] — the in-process router: connected sessions and backend events.
+//! - [`hub`] — shared state: the sessions held here, backend events, admission, drain.
+//! - [`router`] — the seam backend requests go through by session id ([`router::Local`] today).
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
 //! - [`caps`] — the caps applied to a declared catalog (pure).
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
@@ -34,6 +35,7 @@ pub mod idp;
 pub mod manifest;
 pub mod names;
 pub mod revision;
+pub mod router;
 pub mod server;
 pub mod session;
 pub mod upgrade;

@@ -1,0 +1,222 @@
+//! The router seam: where a backend's read or call for a session goes.
+//!
+//! A backend link verifies who is asking, then hands the request to the
+//! hub's [`Router`] by session id. [`Local`] answers for the sessions this
+//! process holds; a cluster router answers the same five questions for
+//! sessions held by other edges and falls back to `Local` for its own. The
+//! ownership check runs where the session lives, so a remote edge never has
+//! to ship a session's principal back first.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tether_contract::backend::{
+    CallParams, CallResponse, Manifest, ReaderInfo, SessionInfo, SessionInspect, TurnBegun,
+};
+use tether_contract::error::{ErrorKind, WireError};
+use tracing::{debug, info};
+
+use crate::counters::EdgeCounters;
+use crate::hub::Hub;
+use crate::session::{ProgressRelay, Session};
+
+/// What a router answers with: boxed, so routers are objects the hub holds.
+pub type Routed<'a, T> = Pin<Box<dyn Future<Output = Result<T, WireError>> + Send + 'a>>;
+
+/// Who is reading, verified by the backend link: a user sees their own
+/// sessions, an operator every one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reader {
+    /// A `tether-client` credential's principal.
+    User(String),
+    /// A `tether-operator` credential's principal (each read is logged).
+    Operator(String),
+}
+
+impl Reader {
+    /// Whether this reader may see a session of `principal`.
+    pub fn sees(&self, principal: &str) -> bool {
+        match self {
+            Reader::User(sub) => sub == principal,
+            Reader::Operator(_) => true,
+        }
+    }
+
+    /// How `sessions/list` names the reader.
+    pub fn info(&self) -> ReaderInfo {
+        match self {
+            Reader::User(principal) => ReaderInfo { principal: principal.clone(), operator: false },
+            Reader::Operator(principal) => ReaderInfo { principal: principal.clone(), operator: true },
+        }
+    }
+}
+
+/// Answers backend requests by session id, wherever the session is held.
+pub trait Router: std::fmt::Debug + Send + Sync {
+    /// The sessions `reader` may see (only `only`, when given), sorted by id.
+    fn list<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        reader: &'a Reader,
+        only: Option<&'a str>,
+    ) -> Routed<'a, Vec<SessionInfo>>;
+
+    /// Starts a turn on a session `reader` may see.
+    fn begin_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, TurnBegun>;
+
+    /// The operator's view of a session `reader` may see.
+    fn inspect<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, SessionInspect>;
+
+    /// The applied manifest of a session `reader` may see.
+    fn manifest<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, Arc<Manifest>>;
+
+    /// Runs a call on a session `owner` (the turn's verified user) owns;
+    /// progress, when asked for, goes to `progress`.
+    fn call<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: CallParams,
+        owner: &'a str,
+        progress: Option<ProgressRelay>,
+    ) -> Routed<'a, CallResponse>;
+}
+
+/// The in-process router: the sessions this edge holds.
+#[derive(Debug, Default)]
+pub struct Local;
+
+impl Local {
+    /// A connected session, or why not: recently closed (`channel_closed` with
+    /// its reason) or unknown (`session_not_found`).
+    pub fn session(hub: &Hub, id: &str) -> Result<Arc<Session>, WireError> {
+        if let Some(s) = hub.session(id) {
+            return Ok(s);
+        }
+        Err(match hub.closed_reason(id) {
+            Some(reason) => {
+                EdgeCounters::bump(&hub.counters().calls_channel_closed);
+                WireError::channel_closed(&reason).with("session", id)
+            }
+            None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}"))
+                .with("session", id),
+        })
+    }
+
+    /// The session a read names, if the reader may see it: another user's
+    /// session is `forbidden` and reveals nothing but that.
+    fn readable(hub: &Hub, session: &str, reader: &Reader) -> Result<Arc<Session>, WireError> {
+        let s = Local::session(hub, session)?;
+        if reader.sees(&s.principal) {
+            if let Reader::Operator(operator) = reader {
+                info!(%operator, session = %s.id, "operator read a session");
+            }
+            return Ok(s);
+        }
+        EdgeCounters::bump(&hub.counters().reads_refused);
+        debug!(session = %s.id, "session read refused: another user's session");
+        Err(WireError::new(ErrorKind::Forbidden, "the credential's user does not own this session")
+            .with("session", s.id.as_str()))
+    }
+}
+
+fn info(s: &Session) -> SessionInfo {
+    let manifest = s.manifest();
+    SessionInfo {
+        session: s.id.clone(),
+        principal: s.principal.clone(),
+        server_info: s.server_info(),
+        protocol_version: s.revision().as_str().to_owned(),
+        seq: manifest.as_ref().map_or(0, |m| m.seq),
+        tools: manifest.as_ref().map_or(0, |m| m.view.tools.len()),
+    }
+}
+
+impl Router for Local {
+    fn list<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        reader: &'a Reader,
+        only: Option<&'a str>,
+    ) -> Routed<'a, Vec<SessionInfo>> {
+        let candidates = match only {
+            Some(id) => hub.session(id).into_iter().collect(),
+            None => hub.sessions(),
+        };
+        let seen = candidates.iter().filter(|s| reader.sees(&s.principal)).map(|s| info(s)).collect();
+        Box::pin(std::future::ready(Ok(seen)))
+    }
+
+    fn begin_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, TurnBegun> {
+        let begun = Local::readable(hub, session, reader).map(|s| TurnBegun {
+            turn: uuid::Uuid::new_v4().to_string(),
+            session: s.id.clone(),
+            seq: s.manifest().map_or(0, |m| m.seq),
+        });
+        Box::pin(std::future::ready(begun))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, SessionInspect> {
+        Box::pin(std::future::ready(Local::readable(hub, session, reader).map(|s| s.inspect())))
+    }
+
+    fn manifest<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, Arc<Manifest>> {
+        let manifest = Local::readable(hub, session, reader).and_then(|s| match s.manifest() {
+            Some(m) => Ok(Arc::clone(&m.view)),
+            None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),
+        });
+        Box::pin(std::future::ready(manifest))
+    }
+
+    fn call<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: CallParams,
+        owner: &'a str,
+        progress: Option<ProgressRelay>,
+    ) -> Routed<'a, CallResponse> {
+        Box::pin(async move {
+            let s = Local::session(hub, &params.session)?;
+            if s.principal != owner {
+                EdgeCounters::bump(&hub.counters().calls_forbidden);
+                debug!(session = %s.id, "call refused: the turn's user does not own this session");
+                return Err(WireError::new(
+                    ErrorKind::Forbidden,
+                    "the turn's user does not own this session",
+                )
+                .with("session", s.id.as_str()));
+            }
+            s.call_tool(params, progress).await
+        })
+    }
+}
