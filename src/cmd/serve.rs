@@ -45,12 +45,8 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     let flags = Flags { listen, data_dir, log_format };
     let resolved = read_config(config.as_ref(), &flags)?;
     init_tracing("info", resolved.log_format);
-    for issue in &resolved.issues {
-        if issue.fatal {
-            tracing::error!(location = %issue.location, "{}", issue.message);
-        } else {
-            tracing::warn!(location = %issue.location, "configuration degraded: {}", issue.message);
-        }
+    for issue in resolved.issues.iter().filter(|i| i.fatal) {
+        tracing::error!(location = %issue.location, "{}", issue.message);
     }
     if resolved.is_fatal() {
         return Err("configuration cannot start the edge (see the errors above)".into());
@@ -59,11 +55,13 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         tracing::warn!(error = %e, "could not raise the open-file limit");
     }
-    let degraded = resolved.issues.len() as u64;
+    let degraded: Vec<_> = resolved.issues.clone();
     let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
     let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
     let edge = mount_mcp(edge, issuer, public_url).await;
-    edge.hub().counters().config_errors.inc_by(degraded);
+    for issue in &degraded {
+        tether_counters::fallback!(edge.hub().counters().config_errors, warn, location = %issue.location, "configuration degraded: {}", issue.message);
+    }
     let addr = edge.local_addr().map_err(|e| e.to_string())?;
     install_signals(edge.drain_token(), edge.shutdown_token())?;
     announce(&format!("listening on ws://{addr}\nMCP endpoint on http://{addr}/mcp"));

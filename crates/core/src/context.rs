@@ -11,7 +11,7 @@
 //! counted.
 
 use serde_json::Value;
-use tracing::warn;
+use tether_counters::fallback;
 
 use tether_contract::backend::Manifest;
 
@@ -118,8 +118,7 @@ pub(crate) fn context_block(
     counters: &CoreCounters,
 ) -> Option<String> {
     let Ok(mut p) = parts(manifest) else {
-        CoreCounters::bump(&counters.context_malformed);
-        warn!(session = %manifest.session, "client concept or context is malformed; no context block");
+        fallback!(counters.context_malformed, warn, session = %manifest.session, "client concept or context is malformed; no context block");
         return None;
     };
     if p.about.is_none()
@@ -136,7 +135,7 @@ pub(crate) fn context_block(
         if block.len() <= max_bytes {
             return Some(block);
         }
-        CoreCounters::bump(&counters.context_degraded);
+        fallback!(counters.context_degraded, debug, session = %manifest.session, step, bytes = block.len(), max_bytes, "context block over its cap; dropping its least informative part");
         match step {
             0 => p.snapshot = None,
             1 => p.nouns.clear(),

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tether_counters::fallback;
 
 use futures::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
@@ -85,8 +86,11 @@ impl Inner {
             _ => false,
         };
         if !delivered {
-            CoreCounters::bump(&self.counters.progress_dropped);
-            debug!("edge progress dropped: no call waiting for it, malformed, or its reader is behind");
+            fallback!(
+                self.counters.progress_dropped,
+                debug,
+                "edge progress dropped: no call waiting for it, malformed, or its reader is behind"
+            );
         }
     }
 
@@ -112,8 +116,7 @@ impl Inner {
         let id = match jsonrpc::answer_id(raw_id) {
             AnswerId::Exact(id) => Some(id),
             AnswerId::Coerced(id) => {
-                CoreCounters::bump(&self.counters.response_ids_coerced);
-                warn!(request = id, answered = %raw_id, "edge answered request {id} with the id spelled {raw_id}; delivered by value");
+                fallback!(self.counters.response_ids_coerced, warn, request = id, answered = %raw_id, "edge answered request {id} with the id spelled {raw_id}; delivered by value");
                 Some(id)
             }
             AnswerId::Foreign => None,
@@ -121,12 +124,10 @@ impl Inner {
         match id.map_or(Completion::Unknown, |id| self.calls.complete(id, outcome)) {
             Completion::Delivered => {}
             Completion::Late(()) => {
-                CoreCounters::bump(&self.counters.late_responses);
-                debug!(id = %raw_id, "edge response for a request that already gave up");
+                fallback!(self.counters.late_responses, debug, id = %raw_id, "edge response for a request that already gave up");
             }
             Completion::Unknown => {
-                CoreCounters::bump(&self.counters.late_responses);
-                debug!(id = %raw_id, "edge response for a request id this link never used or long forgot");
+                fallback!(self.counters.late_responses, debug, id = %raw_id, "edge response for a request id this link never used or long forgot");
             }
         }
     }
@@ -210,14 +211,16 @@ impl BackendLink {
                         Ok(Frame::Notification { method, params }) => {
                             let n = decode_notification(method, params);
                             if notify_tx.try_send(n).is_err() {
-                                CoreCounters::bump(&reader_inner.counters.notifications_dropped);
-                                debug!("edge notification dropped: application is not reading notifications");
+                                fallback!(
+                                    reader_inner.counters.notifications_dropped,
+                                    debug,
+                                    "edge notification dropped: application is not reading notifications"
+                                );
                             }
                         }
                         Ok(Frame::Request { .. }) => debug!("edge sent a request; backends serve none"),
                         Err(e) => {
-                            CoreCounters::bump(&reader_inner.counters.bad_frames);
-                            warn!(error = %e, "bad frame from edge");
+                            fallback!(reader_inner.counters.bad_frames, warn, error = %e, "bad frame from edge");
                         }
                     },
                     Some(Ok(Message::Close(frame))) => {
@@ -268,8 +271,9 @@ impl BackendLink {
         let frame = Message::text(jsonrpc::request(&Value::from(id), method, &params));
         if self.inner.outbound.try_send(frame).is_err() {
             drop(request);
-            CoreCounters::bump(&self.inner.counters.requests_refused);
-            warn!(
+            fallback!(
+                self.inner.counters.requests_refused,
+                warn,
                 method,
                 queue = OUTBOUND_QUEUE,
                 "backend link outbound queue is full; request refused as overloaded"

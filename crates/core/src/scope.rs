@@ -22,10 +22,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tether_counters::fallback;
 
 use serde::Deserialize;
 use toml::{Table, Value};
-use tracing::warn;
 
 use tether_contract::{ErrorKind, WireError};
 
@@ -214,8 +214,7 @@ impl Profiles {
                 None => Err(ProfileError::Unknown(name.to_owned())),
             };
             if let Err(e) = &outcome {
-                CoreCounters::bump(&self.counters.profile_errors);
-                warn!(profile = name, error = %e, "caller profile unusable; this caller gets no client tools");
+                fallback!(self.counters.profile_errors, warn, profile = name, error = %e, "caller profile unusable; this caller gets no client tools");
             }
             outcome
         });

@@ -14,11 +14,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use tether_counters::fallback;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::info;
 
 use tether_contract::backend::{CallMeta, CallParams, Manifest};
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
@@ -208,7 +209,7 @@ impl<'a> Turn<'a> {
         let mut last = None;
         for attempt in 0..2 {
             if attempt == 1 {
-                CoreCounters::bump(&turn.counters.turn_start_retries);
+                fallback!(turn.counters.turn_start_retries, info, session = %turn.client.session, "turn-start catalog read failed; retrying once after the backoff");
                 tokio::time::sleep(budgets.turn_start_backoff).await;
             }
             match turn.read_catalog().await {
@@ -226,8 +227,7 @@ impl<'a> Turn<'a> {
             }
         }
         let err = last.unwrap_or_else(|| WireError::new(ErrorKind::Internal, "turn-start read failed"));
-        CoreCounters::bump(&turn.counters.turn_start_fallbacks);
-        warn!(session, error = %err, "turn-start catalog read failed; the turn proceeds without client tools");
+        fallback!(turn.counters.turn_start_fallbacks, warn, session, error = %err, "turn-start catalog read failed; the turn proceeds without client tools");
         turn.degraded = Some(err);
         turn.rebuild();
         turn
@@ -261,8 +261,7 @@ impl<'a> Turn<'a> {
         if self.profile.reaches(CLIENT_SOURCE, self.client.latency()) {
             for decl in self.client.tools() {
                 if let Err(violation) = names::check(&decl.name) {
-                    CoreCounters::bump(&self.counters.names_rejected);
-                    warn!(session = %self.client.session, name = %decl.name, %violation, "edge offered an off-namespace tool name; refused");
+                    fallback!(self.counters.names_rejected, warn, session = %self.client.session, name = %decl.name, %violation, "edge offered an off-namespace tool name; refused");
                     continue;
                 }
                 if !self.profile.allows(&decl.name) {
@@ -274,8 +273,7 @@ impl<'a> Turn<'a> {
                     None => match ToolSchemas::compile(&decl, &limits) {
                         Ok(compiled) => Arc::new(compiled),
                         Err(reason) => {
-                            CoreCounters::bump(&self.counters.schemas_refused);
-                            warn!(session = %self.client.session, name = %decl.name, %reason, "client tool schema refused; tool not offered");
+                            fallback!(self.counters.schemas_refused, warn, session = %self.client.session, name = %decl.name, %reason, "client tool schema refused; tool not offered");
                             continue;
                         }
                     },
@@ -366,8 +364,7 @@ impl<'a> Turn<'a> {
     }
 
     fn refuse_unknown(&self, name: &str, why: &str) -> WireError {
-        CoreCounters::bump(&self.counters.unknown_tools);
-        warn!(session = %self.client.session, name, why, "call to a tool no reachable source offers refused at dispatch");
+        fallback!(self.counters.unknown_tools, warn, session = %self.client.session, name, why, "call to a tool no reachable source offers refused at dispatch");
         let available: Vec<&str> = self.listed.iter().map(|t| t.name.as_str()).collect();
         WireError::new(ErrorKind::ToolUnavailable, format!("{name} {why}")).with("available", available)
     }
@@ -376,8 +373,7 @@ impl<'a> Turn<'a> {
     fn admit(&self, name: &str, arguments: &Value) -> Result<Gate, WireError> {
         if name.starts_with(PREFIX) {
             if let Err(violation) = names::check(name) {
-                CoreCounters::bump(&self.counters.names_rejected);
-                warn!(session = %self.client.session, name, %violation, "call to an off-namespace tool name refused");
+                fallback!(self.counters.names_rejected, warn, session = %self.client.session, name, %violation, "call to an off-namespace tool name refused");
                 return Err(WireError::new(ErrorKind::InvalidName, format!("tool name {name} {violation}")));
             }
         }
@@ -387,8 +383,7 @@ impl<'a> Turn<'a> {
             None => true,
         };
         if !self.profile.allows(name) || !source_reachable {
-            CoreCounters::bump(&self.counters.scope_refusals);
-            warn!(session = %self.client.session, name, profile = %self.profile.name, "call outside the caller's profile refused at dispatch");
+            fallback!(self.counters.scope_refusals, warn, session = %self.client.session, name, profile = %self.profile.name, "call outside the caller's profile refused at dispatch");
             return Err(WireError::new(
                 ErrorKind::Forbidden,
                 format!("{name} is not available to this caller"),
@@ -400,8 +395,7 @@ impl<'a> Turn<'a> {
         };
         if let Route::Server(source) = &gate.route {
             if source.posture() == AuthPosture::VerifiesCredential && self.credential.is_none() {
-                CoreCounters::bump(&self.counters.credential_missing);
-                warn!(session = %self.client.session, name, source = source.id(), "call to a credential-verifying source without a user credential refused");
+                fallback!(self.counters.credential_missing, warn, session = %self.client.session, name, source = source.id(), "call to a credential-verifying source without a user credential refused");
                 return Err(WireError::new(
                     ErrorKind::Unauthenticated,
                     format!("{name} needs the user's credential and this turn carries none"),
@@ -414,8 +408,7 @@ impl<'a> Turn<'a> {
             );
         }
         if let Err(err) = gate.schemas.check_arguments(name, arguments) {
-            CoreCounters::bump(&self.counters.arguments_rejected);
-            warn!(session = %self.client.session, name, error = %err, "arguments refused at dispatch");
+            fallback!(self.counters.arguments_rejected, warn, session = %self.client.session, name, error = %err, "arguments refused at dispatch");
             return Err(err);
         }
         Ok(gate.clone())
@@ -473,8 +466,7 @@ impl<'a> Turn<'a> {
             Ok(result) => result,
             Err(e) => {
                 if e.timed_out_leg() == Some(Leg::PerTool) {
-                    CoreCounters::bump(&self.counters.per_tool_timeouts);
-                    warn!(session = %self.client.session, name, "per-tool budget expired");
+                    fallback!(self.counters.per_tool_timeouts, warn, session = %self.client.session, name, "per-tool budget expired");
                 }
                 return Err(e);
             }
@@ -494,8 +486,7 @@ impl<'a> Turn<'a> {
             return Err(err);
         }
         if let Err(err) = gate.schemas.check_result(name, &result) {
-            CoreCounters::bump(&self.counters.results_rejected);
-            warn!(session = %self.client.session, name, error = %err, "result withheld: it does not match the declared output shape");
+            fallback!(self.counters.results_rejected, warn, session = %self.client.session, name, error = %err, "result withheld: it does not match the declared output shape");
             return Err(err);
         }
         Ok(result)

@@ -5,6 +5,7 @@
 //! events (manifest moved, session closed) are forwarded as notifications.
 
 use std::sync::Arc;
+use tether_counters::fallback;
 
 use dashmap::DashMap;
 use futures::{Sink, Stream, StreamExt};
@@ -45,8 +46,13 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
 /// token) must verify.
 fn caller(hub: &Hub, session: &str, credential: Option<&str>) -> Result<String, WireError> {
     let refuse = |kind: ErrorKind, message: String| {
-        EdgeCounters::bump(&hub.counters().calls_forbidden);
-        debug!(session, kind = kind.as_str(), "call refused: no valid user credential");
+        fallback!(
+            hub.counters().calls_forbidden,
+            debug,
+            session,
+            kind = kind.as_str(),
+            "call refused: no valid user credential"
+        );
         Err(WireError::new(kind, message).with("session", session))
     };
     let Some(token) = credential else {
@@ -67,8 +73,13 @@ fn caller(hub: &Hub, session: &str, credential: Option<&str>) -> Result<String, 
 /// (`tether-operator`). Nothing else reads, whatever token opened the link.
 fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Reader, WireError> {
     let refuse = |kind: ErrorKind, message: String| {
-        EdgeCounters::bump(&hub.counters().reads_refused);
-        debug!(method = method_name, kind = kind.as_str(), "session read refused");
+        fallback!(
+            hub.counters().reads_refused,
+            debug,
+            method = method_name,
+            kind = kind.as_str(),
+            "session read refused"
+        );
         Err(WireError::new(kind, message))
     };
     let Some(token) = credential else {
@@ -133,7 +144,7 @@ pub async fn handle(
             let p: CallParams = params(raw)?;
             EdgeCounters::bump(&hub.counters().calls_started);
             let outcome = if hub.is_draining() {
-                EdgeCounters::bump(&hub.counters().calls_refused_draining);
+                fallback!(hub.counters().calls_refused_draining, info, session = %p.session, "call refused: the edge is draining");
                 Err(WireError::new(ErrorKind::Overloaded, "edge is draining; retry on another edge")
                     .with("retry_after_ms", 1000))
             } else {
@@ -191,14 +202,14 @@ pub async fn serve_backend<S, W>(
             next = stream.next() => match next {
                 Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
                     Ok(Frame::Request { id, .. }) if tracker.len() >= hub.config.backend_max_in_flight => {
-                        EdgeCounters::bump(&hub.counters().backend_requests_refused);
+                        fallback!(hub.counters().backend_requests_refused, warn, %principal, limit = hub.config.backend_max_in_flight, "backend request refused: too many in flight on this link");
                         let err = WireError::new(ErrorKind::Overloaded, "too many requests in flight on this link");
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
                     }
                     Ok(Frame::Request { id, .. }) if cancels.contains_key(&id.to_string()) => {
                         // Its cancellation would be ambiguous: ids name one request in flight.
-                        EdgeCounters::bump(&hub.counters().bad_frames);
                         hub.metrics.frame_refused("duplicate_id");
+                        fallback!(hub.counters().bad_frames, warn, %principal, id = %id, "backend request refused: its id is already in flight on this link");
                         let err = WireError::new(ErrorKind::InvalidRequest, "a request with this id is already in flight on this link");
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
                     }
@@ -238,23 +249,23 @@ pub async fn serve_backend<S, W>(
                     }
                     Ok(_) => debug!(%principal, "backend notification or response ignored"),
                     Err(e) => {
-                        EdgeCounters::bump(&hub.counters().bad_frames);
+                        fallback!(hub.counters().bad_frames, debug, %principal, error = %e, "bad frame from backend; answered with a structured error");
                         let (id, err) = e.to_wire();
                         hub.metrics.frame_refused(err.kind.as_str());
                         let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
                     }
                 },
                 Some(Ok(Message::Binary(_))) => {
-                    EdgeCounters::bump(&hub.counters().binary_frames);
                     hub.metrics.frame_refused("binary");
+                    fallback!(hub.counters().binary_frames, warn, %principal, "binary frame from backend; closing with 1003");
                     close = (CloseCode::Unsupported, "binary frames are not accepted");
                     break;
                 }
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
                 Some(Err(WsError::Capacity(_))) => {
-                    EdgeCounters::bump(&hub.counters().oversized_frames);
                     hub.metrics.frame_refused("oversized");
+                    fallback!(hub.counters().oversized_frames, warn, %principal, "backend frame over the transport ceiling; closing with 1009");
                     close = (CloseCode::Size, "frame exceeds the transport ceiling");
                     break;
                 }
@@ -266,12 +277,11 @@ pub async fn serve_backend<S, W>(
             event = events.recv() => match event {
                 Ok(event) => {
                     if tx.try_send(Outbound::Text(event.to_frame())).is_err() {
-                        EdgeCounters::bump(&hub.counters().outbound_full);
+                        fallback!(hub.counters().outbound_full, warn, %principal, "session event not sent: the backend's outbound queue is full");
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    EdgeCounters::bump(&hub.counters().backend_events_lagged);
-                    warn!(%principal, lost = n, "backend fell behind; session events lost");
+                    fallback!(hub.counters().backend_events_lagged, warn, %principal, lost = n, "backend fell behind; session events lost");
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },

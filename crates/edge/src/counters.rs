@@ -5,8 +5,6 @@
 //! edges in one process (as in tests) never share numbers. Counters are plain
 //! atomics underneath: the hot path pays one relaxed add.
 
-use std::collections::BTreeMap;
-
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,139 +12,117 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-macro_rules! counters {
-    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
-        /// Every fallback and drop the edge counts; exported as `tether_<name>_total`.
-        #[derive(Debug, Default)]
-        pub struct EdgeCounters {
-            $( $(#[doc = $doc])* pub $name: Counter, )*
-        }
-
-        impl EdgeCounters {
-            /// All counters by name, for reports and tests.
-            pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
-                let mut out = BTreeMap::new();
-                $( out.insert(stringify!($name), self.$name.get()); )*
-                out
-            }
-
-            fn register(&self, registry: &mut Registry) {
-                $( registry.register(stringify!($name), concat!($($doc),*).trim(), self.$name.clone()); )*
-            }
-
-            /// Every counter name with its help text, for docs and their test.
-            pub fn describe() -> Vec<(&'static str, &'static str)> {
-                vec![ $( (stringify!($name), concat!($($doc),*).trim()), )* ]
-            }
-        }
-    };
-}
-
-counters! {
-    /// Device sessions that completed the handshake.
-    sessions_opened,
-    /// Device sessions latched closed.
-    sessions_latched,
-    /// Device connections that failed the handshake (initialize or first read).
-    sessions_failed_init,
-    /// Upgrades refused for a bad or missing credential.
-    auth_refused,
-    /// Upgrades refused for a wrong path or subprotocol, or while draining.
-    upgrade_refused,
-    /// Upgrades that did not finish within the handshake deadline.
-    handshake_timeouts,
-    /// Device upgrades refused because the principal holds too many connections (429).
-    principal_limit_refusals,
-    /// Connections dropped because their address held too many unauthenticated ones.
-    ip_limit_refusals,
-    /// Backend tools/call requests received.
-    calls_started,
-    /// Calls that ended with a device result.
-    calls_ok,
-    /// Calls that ended with a structured error.
-    calls_failed,
-    /// Calls whose tool_call leg expired.
-    call_timeouts,
-    /// notifications/cancelled sent to devices.
-    cancels_sent,
-    /// Calls refused or failed because the session was closed.
-    calls_channel_closed,
-    /// Answers that arrived after their call timed out (logged, dropped).
-    late_answers,
-    /// Responses for ids the edge never sent or already answered (logged, ignored).
-    unknown_responses,
-    /// Devices that refused `initialize` and were then started as 2026-07-28 (`server/discover`).
-    revision_fallbacks,
-    /// `subscriptions/listen` streams a 2026-07-28 device ended (its list_changed no longer arrives).
-    subscriptions_ended,
-    /// Identity-provider key sets loaded (at start, on the interval, or for an unknown key id).
-    jwks_refreshes,
-    /// Identity-provider key loads that failed; the last good keys stay in use.
-    jwks_refresh_failures,
-    /// Unknown-key-id refreshes skipped because one ran too recently or is running.
-    jwks_refreshes_rate_limited,
-    /// Answers whose id named a call by value in another spelling (`"7"` for 7): delivered, logged.
-    answer_ids_coerced,
-    /// Backend calls refused before reaching the device: arguments did not match the tool's input schema.
-    arguments_refused,
-    /// Results refused for exceeding the result cap.
-    results_too_large,
-    /// Manifest candidates applied.
-    swaps_accepted,
-    /// Manifest candidates refused as not newer than the applied one.
-    swaps_rejected,
-    /// Catalog re-reads triggered by a call result's newer seq.
-    rereads_after_call,
-    /// Catalog re-reads that failed or timed out (the old manifest stays).
-    reread_failures,
-    /// list_changed notifications ignored because their seq was not newer.
-    list_changed_stale,
-    /// list_changed re-reads held back by the per-session rate limit (5 per second).
-    list_changed_rate_limited,
-    /// Tools dropped by the caps.
-    tools_dropped,
-    /// Descriptions cut to the description cap.
-    descriptions_truncated,
-    /// Frames from a peer that were not valid JSON-RPC.
-    bad_frames,
-    /// Devices closed with 1008 after too many malformed frames.
-    strikeouts,
-    /// Devices closed because nothing (not even a pong) arrived within the idle deadline.
-    idle_closes,
-    /// Session ids a device claimed that were not the one the edge minted (ignored).
-    session_claims_ignored,
-    /// Device sessions closed because their credential expired mid-session.
-    credentials_expired,
-    /// Binary frames refused (close 1003).
-    binary_frames,
-    /// Frames over the transport ceiling (close 1009).
-    oversized_frames,
-    /// Outbound frames refused because a peer's queue was full.
-    outbound_full,
-    /// Backend events lost because a backend read too slowly.
-    backend_events_lagged,
-    /// Backend requests refused because the link had too many in flight.
-    backend_requests_refused,
-    /// Calls refused because the edge is draining.
-    calls_refused_draining,
-    /// Calls refused before reaching the device: no, bad, or another user's credential.
-    calls_forbidden,
-    /// Device progress notifications relayed to the backend that asked for them.
-    progress_relayed,
-    /// Device progress notifications dropped: no call in flight with their token, malformed, or not increasing.
-    progress_dropped,
-    /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.
-    backend_cancels,
-    /// Calls the backend cancelled mid-flight (`notifications/cancelled`, or a dropped request); the device was told to cancel.
-    calls_cancelled,
-    /// Session reads (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`) refused: no credential, a bad one, or another user's.
-    reads_refused,
-    /// Session reads made with an operator credential (each one is logged).
-    operator_reads,
-    /// Configuration errors survived by degrading (a section or profile fell back).
-    config_errors,
-    /// Devices that matched no valid client profile and got the default caps.
-    client_profile_fallbacks,
+tether_counters::counters! {
+    /// Every fallback and event the edge counts; exported as `tether_<name>_total`.
+    pub struct EdgeCounters;
+    events {
+        /// Device sessions that completed the handshake.
+        sessions_opened,
+        /// Device sessions latched closed.
+        sessions_latched,
+        /// Backend tools/call requests received.
+        calls_started,
+        /// Calls that ended with a device result.
+        calls_ok,
+        /// Calls that ended with a structured error.
+        calls_failed,
+        /// notifications/cancelled sent to devices.
+        cancels_sent,
+        /// Identity-provider key sets loaded (at start, on the interval, or for an unknown key id).
+        jwks_refreshes,
+        /// Manifest candidates applied.
+        swaps_accepted,
+        /// Catalog re-reads triggered by a call result's newer seq.
+        rereads_after_call,
+        /// Device progress notifications relayed to the backend that asked for them.
+        progress_relayed,
+        /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.
+        backend_cancels,
+        /// Calls the backend cancelled mid-flight (`notifications/cancelled`, or a dropped request); the device was told to cancel.
+        calls_cancelled,
+        /// Session reads made with an operator credential (each one is logged).
+        operator_reads,
+    }
+    fallbacks {
+        /// Device connections that failed the handshake (initialize or first read).
+        sessions_failed_init,
+        /// Upgrades refused for a bad or missing credential.
+        auth_refused,
+        /// Upgrades refused for a wrong path or subprotocol, or while draining.
+        upgrade_refused,
+        /// Upgrades that did not finish within the handshake deadline.
+        handshake_timeouts,
+        /// Device upgrades refused because the principal holds too many connections (429).
+        principal_limit_refusals,
+        /// Connections dropped because their address held too many unauthenticated ones.
+        ip_limit_refusals,
+        /// Calls whose tool_call leg expired.
+        call_timeouts,
+        /// Calls refused or failed because the session was closed.
+        calls_channel_closed,
+        /// Answers that arrived after their call timed out (logged, dropped).
+        late_answers,
+        /// Responses for ids the edge never sent or already answered (logged, ignored).
+        unknown_responses,
+        /// Devices that refused `initialize` and were then started as 2026-07-28 (`server/discover`).
+        revision_fallbacks,
+        /// `subscriptions/listen` streams a 2026-07-28 device ended (its list_changed no longer arrives).
+        subscriptions_ended,
+        /// Identity-provider key loads that failed; the last good keys stay in use.
+        jwks_refresh_failures,
+        /// Unknown-key-id refreshes skipped because one ran too recently or is running.
+        jwks_refreshes_rate_limited,
+        /// Answers whose id named a call by value in another spelling (`"7"` for 7): delivered, logged.
+        answer_ids_coerced,
+        /// Backend calls refused before reaching the device: arguments did not match the tool's input schema.
+        arguments_refused,
+        /// Results refused for exceeding the result cap.
+        results_too_large,
+        /// Manifest candidates refused as not newer than the applied one.
+        swaps_rejected,
+        /// Catalog re-reads that failed or timed out (the old manifest stays).
+        reread_failures,
+        /// list_changed notifications ignored because their seq was not newer.
+        list_changed_stale,
+        /// list_changed re-reads held back by the per-session rate limit (5 per second).
+        list_changed_rate_limited,
+        /// Tools dropped by the caps.
+        tools_dropped,
+        /// Descriptions cut to the description cap.
+        descriptions_truncated,
+        /// Frames from a peer that were not valid JSON-RPC.
+        bad_frames,
+        /// Devices closed with 1008 after too many malformed frames.
+        strikeouts,
+        /// Devices closed because nothing (not even a pong) arrived within the idle deadline.
+        idle_closes,
+        /// Session ids a device claimed that were not the one the edge minted (ignored).
+        session_claims_ignored,
+        /// Device sessions closed because their credential expired mid-session.
+        credentials_expired,
+        /// Binary frames refused (close 1003).
+        binary_frames,
+        /// Frames over the transport ceiling (close 1009).
+        oversized_frames,
+        /// Outbound frames refused because a peer's queue was full.
+        outbound_full,
+        /// Backend events lost because a backend read too slowly.
+        backend_events_lagged,
+        /// Backend requests refused because the link had too many in flight.
+        backend_requests_refused,
+        /// Calls refused because the edge is draining.
+        calls_refused_draining,
+        /// Calls refused before reaching the device: no, bad, or another user's credential.
+        calls_forbidden,
+        /// Device progress notifications dropped: no call in flight with their token, malformed, or not increasing.
+        progress_dropped,
+        /// Session reads (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`) refused: no credential, a bad one, or another user's.
+        reads_refused,
+        /// Configuration errors survived by degrading (a section or profile fell back).
+        config_errors,
+        /// Devices that matched no valid client profile and got the default caps.
+        client_profile_fallbacks,
+    }
 }
 
 /// A one-label set, e.g. `[("kind", "timeout")]`.
@@ -260,31 +236,6 @@ impl EdgeMetrics {
     /// Counts one refused frame of `kind`.
     pub fn frame_refused(&self, kind: &'static str) {
         self.frames_refused.get_or_create(&[("kind", kind)]).inc();
-    }
-}
-
-impl EdgeCounters {
-    /// Adds one to a counter.
-    pub fn bump(counter: &Counter) {
-        counter.inc();
-    }
-
-    /// Reads one counter by name; None when no counter has that name.
-    pub fn try_get(&self, name: &str) -> Option<u64> {
-        self.snapshot().get(name).copied()
-    }
-
-    /// Reads one counter by name, for tests and reports that name counters in code.
-    ///
-    /// # Panics
-    ///
-    /// When no counter has that name: a misspelt name must fail its test, not
-    /// read as a counter that stayed at 0.
-    pub fn get(&self, name: &str) -> u64 {
-        match self.try_get(name) {
-            Some(n) => n,
-            None => panic!("no counter named {name:?}"),
-        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! then served by [`crate::session`] or [`crate::backend`].
 
 use std::sync::{Arc, Mutex};
+use tether_counters::fallback;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -25,7 +26,6 @@ use tracing::debug;
 
 use tether_contract::{BACKEND_PATH, CLIENT_PATH};
 
-use crate::counters::EdgeCounters;
 use crate::hub::{Hub, IpSlot};
 use crate::upgrade::{self, Route};
 
@@ -107,7 +107,7 @@ async fn metrics(State(door): State<Door>) -> Response {
 }
 
 async fn not_found(State(door): State<Door>) -> Response {
-    EdgeCounters::bump(&door.hub.counters().upgrade_refused);
+    fallback!(door.hub.counters().upgrade_refused, debug, "request for an unknown path answered 404");
     text(
         StatusCode::NOT_FOUND,
         format!("not found: WebSocket endpoints are {CLIENT_PATH} and {BACKEND_PATH}; probes are /healthz, /readyz, /metrics\n"),
@@ -152,7 +152,12 @@ fn websocket_key(request: &Request) -> Option<HeaderValue> {
 /// `/v1/client` and `/v1/backend`: decide, answer 101, then serve the socket.
 async fn websocket(State(door): State<Door>, request: Request) -> Response {
     let Some(key) = websocket_key(&request) else {
-        EdgeCounters::bump(&door.hub.counters().upgrade_refused);
+        fallback!(
+            door.hub.counters().upgrade_refused,
+            debug,
+            path = request.uri().path(),
+            "socket path asked without a WebSocket upgrade; answered 426"
+        );
         let mut response =
             text(StatusCode::UPGRADE_REQUIRED, "this endpoint takes a WebSocket upgrade (RFC 6455)\n");
         response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("websocket"));

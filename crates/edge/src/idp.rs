@@ -20,9 +20,10 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
 use serde_json::Value;
+use tether_counters::{fallback, Fallback};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::auth::{AuthError, Claims, Link, LEEWAY_SECS};
 use crate::lock;
@@ -113,9 +114,9 @@ pub struct IdpCounters {
     /// Key sets loaded.
     pub refreshes: Counter,
     /// Loads that failed (the last good keys stay in use).
-    pub refresh_failures: Counter,
+    pub refresh_failures: Fallback,
     /// Refreshes skipped because an unknown key id asked too soon after the last.
-    pub refreshes_rate_limited: Counter,
+    pub refreshes_rate_limited: Fallback,
 }
 
 /// One verification key.
@@ -248,8 +249,12 @@ impl Idp {
                 .last_unknown_kid
                 .is_some_and(|t| now.saturating_duration_since(t) < self.config.unknown_kid_interval);
             if gate.in_flight || recent {
-                self.counters.refreshes_rate_limited.inc();
-                debug!(kid, "unknown key id; a refresh ran too recently or is running");
+                fallback!(
+                    self.counters.refreshes_rate_limited,
+                    debug,
+                    kid,
+                    "unknown key id; a refresh ran too recently or is running"
+                );
                 return;
             }
             gate.in_flight = true;
@@ -279,8 +284,7 @@ impl Idp {
                 Ok(n)
             }
             Err(e) => {
-                self.counters.refresh_failures.inc();
-                warn!(error = %e, kept = self.current().len(), "identity provider keys could not be refreshed; keeping the last good keys");
+                fallback!(self.counters.refresh_failures, warn, error = %e, kept = self.current().len(), "identity provider keys could not be refreshed; keeping the last good keys");
                 Err(e)
             }
         }

@@ -10,14 +10,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use tether_counters::fallback;
 
 use tether_contract::backend::{
     CallParams, CallResponse, Manifest, ReaderInfo, SessionInfo, SessionInspect, TurnBegun,
 };
 use tether_contract::error::{ErrorKind, WireError};
-use tracing::{debug, info};
+use tracing::info;
 
-use crate::counters::EdgeCounters;
 use crate::hub::Hub;
 use crate::session::{ProgressRelay, Session};
 
@@ -110,7 +110,13 @@ impl Local {
         }
         Err(match hub.closed_reason(id) {
             Some(reason) => {
-                EdgeCounters::bump(&hub.counters().calls_channel_closed);
+                fallback!(
+                    hub.counters().calls_channel_closed,
+                    debug,
+                    session = id,
+                    reason,
+                    "request for a recently closed session"
+                );
                 WireError::channel_closed(&reason).with("session", id)
             }
             None => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {id}"))
@@ -128,8 +134,7 @@ impl Local {
             }
             return Ok(s);
         }
-        EdgeCounters::bump(&hub.counters().reads_refused);
-        debug!(session = %s.id, "session read refused: another user's session");
+        fallback!(hub.counters().reads_refused, debug, session = %s.id, "session read refused: another user's session");
         Err(WireError::new(ErrorKind::Forbidden, "the credential's user does not own this session")
             .with("session", s.id.as_str()))
     }
@@ -208,8 +213,7 @@ impl Router for Local {
         Box::pin(async move {
             let s = Local::session(hub, &params.session)?;
             if s.principal != owner {
-                EdgeCounters::bump(&hub.counters().calls_forbidden);
-                debug!(session = %s.id, "call refused: the turn's user does not own this session");
+                fallback!(hub.counters().calls_forbidden, debug, session = %s.id, "call refused: the turn's user does not own this session");
                 return Err(WireError::new(
                     ErrorKind::Forbidden,
                     "the turn's user does not own this session",

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tether_counters::fallback;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -21,7 +22,6 @@ use tracing::{debug, info, warn};
 
 use crate::auth::{Keys, SecretError, SecretSource, Verifier};
 use crate::config::{ConfigError, EdgeConfig};
-use crate::counters::EdgeCounters;
 use crate::counters::EdgeMetrics;
 use crate::exit::Exit;
 use crate::http::{Door, Unauthenticated, MAX_HEAD};
@@ -218,8 +218,7 @@ async fn drain(hub: Arc<Hub>, shutdown: CancellationToken) {
 async fn connection(stream: TcpStream, peer: SocketAddr, door: Door, router: Router) {
     let _ = stream.set_nodelay(true);
     let Some(slot) = door.hub.unauthenticated_slot(peer.ip()) else {
-        EdgeCounters::bump(&door.hub.counters().ip_limit_refusals);
-        debug!(%peer, "too many unauthenticated connections from this address; dropped");
+        fallback!(door.hub.counters().ip_limit_refusals, debug, %peer, "too many unauthenticated connections from this address; dropped");
         return;
     };
     let unauthenticated = Unauthenticated::new(slot);
@@ -252,8 +251,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, door: Door, router: Rou
     };
     if let Err(e) = outcome {
         if e.is_timeout() && !served.load(std::sync::atomic::Ordering::Relaxed) {
-            EdgeCounters::bump(&door.hub.counters().handshake_timeouts);
-            debug!(%peer, "request head did not arrive within the handshake deadline");
+            fallback!(door.hub.counters().handshake_timeouts, debug, %peer, "request head did not arrive within the handshake deadline");
         } else if e.is_timeout() {
             debug!(%peer, "idle keep-alive connection closed at the head deadline");
         } else {

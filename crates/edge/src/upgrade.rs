@@ -7,15 +7,14 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tether_counters::fallback;
 
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
-use tracing::info;
 
 use tether_contract::{BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
 
 use crate::auth::{self, AuthError, Link};
-use crate::counters::EdgeCounters;
 use crate::hub::{Hub, PrincipalSlot};
 use crate::revision::Revision;
 
@@ -66,14 +65,14 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
     let counters = &metrics.counters;
     let path = parts.uri.path();
     if hub.is_draining() {
-        EdgeCounters::bump(&counters.upgrade_refused);
+        fallback!(counters.upgrade_refused, info, path, "upgrade refused: the edge is draining");
         return Err((StatusCode::SERVICE_UNAVAILABLE, "edge is draining; connect to another edge".into()));
     }
     let link = match path {
         CLIENT_PATH => Link::Client,
         BACKEND_PATH => Link::Backend,
         _ => {
-            EdgeCounters::bump(&counters.upgrade_refused);
+            fallback!(counters.upgrade_refused, debug, path, "upgrade refused: no such endpoint");
             return Err((
                 StatusCode::NOT_FOUND,
                 format!("no such endpoint; dial {CLIENT_PATH} or {BACKEND_PATH}"),
@@ -84,9 +83,8 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
         if let Some(origin) = parts.headers.get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|o| hub.config.allowed_origins.iter().any(|a| a == o));
             if !allowed {
-                EdgeCounters::bump(&counters.upgrade_refused);
                 metrics.auth_refusals.get_or_create(&[("reason", "origin")]).inc();
-                info!(path, "upgrade refused: origin not allowed");
+                fallback!(counters.upgrade_refused, info, path, "upgrade refused: origin not allowed");
                 return Err((StatusCode::FORBIDDEN, "origin not allowed".into()));
             }
         }
@@ -94,7 +92,13 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
     let mut headers = HeaderMap::new();
     if let Some(offered) = parts.headers.get(header::SEC_WEBSOCKET_PROTOCOL).and_then(|v| v.to_str().ok()) {
         if !offered.split(',').any(|p| p.trim() == CLIENT_SUBPROTOCOL) {
-            EdgeCounters::bump(&counters.upgrade_refused);
+            fallback!(
+                counters.upgrade_refused,
+                info,
+                path,
+                offered,
+                "upgrade refused: subprotocol not offered"
+            );
             return Err((StatusCode::BAD_REQUEST, format!("subprotocol must be {CLIENT_SUBPROTOCOL}")));
         }
         headers.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(CLIENT_SUBPROTOCOL));
@@ -113,9 +117,14 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
     let claims = match verified {
         Ok(claims) => claims,
         Err(reason) => {
-            EdgeCounters::bump(&counters.auth_refused);
             metrics.auth_refusals.get_or_create(&[("reason", reason.as_str())]).inc();
-            info!(path, reason = reason.as_str(), "upgrade refused: unauthenticated");
+            fallback!(
+                counters.auth_refused,
+                info,
+                path,
+                reason = reason.as_str(),
+                "upgrade refused: unauthenticated"
+            );
             return Err((StatusCode::UNAUTHORIZED, format!("unauthenticated: {reason}")));
         }
     };
@@ -123,8 +132,12 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
         return Ok(Accepted { route: Route::Backend(claims.sub), headers });
     }
     let Some(slot) = hub.principal_slot(&claims.sub) else {
-        EdgeCounters::bump(&counters.principal_limit_refusals);
-        info!(path, "upgrade refused: too many connections for this principal");
+        fallback!(
+            counters.principal_limit_refusals,
+            info,
+            path,
+            "upgrade refused: too many connections for this principal"
+        );
         return Err((
             StatusCode::TOO_MANY_REQUESTS,
             format!("at most {} device connections per principal", hub.config.max_sessions_per_principal),

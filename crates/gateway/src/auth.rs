@@ -9,6 +9,7 @@
 //! sessions for operations and calls no tools).
 
 use std::sync::Arc;
+use tether_counters::fallback;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -16,12 +17,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
-use tracing::{info, warn};
 
 use tether_contract::backend::SessionInfo;
 use tether_contract::ErrorKind;
 
-use crate::metrics::GatewayMetrics;
 use crate::Shared;
 
 /// Where the MCP endpoint lives on its port.
@@ -137,7 +136,7 @@ pub(crate) async fn authenticate(
 ) -> Response {
     let headers = request.headers().clone();
     let Some(token) = bearer(&headers) else {
-        GatewayMetrics::bump(&shared.metrics.unauthenticated);
+        fallback!(shared.metrics.counters.unauthenticated, debug, path = %request.uri().path(), "MCP request refused: no bearer token");
         return challenge(&shared, &headers, None, StatusCode::UNAUTHORIZED, "a bearer token is required");
     };
     let pinned = pinned(request.uri().path());
@@ -150,8 +149,7 @@ pub(crate) async fn authenticate(
     let list = match listed {
         Ok(list) => list,
         Err(e) if matches!(e.kind, ErrorKind::Unauthenticated | ErrorKind::Forbidden) => {
-            GatewayMetrics::bump(&shared.metrics.unauthenticated);
-            info!(reason = %e.message, "MCP request refused: the edge did not accept its token");
+            fallback!(shared.metrics.counters.unauthenticated, info, reason = %e.message, "MCP request refused: the edge did not accept its token");
             return challenge(
                 &shared,
                 &headers,
@@ -161,8 +159,7 @@ pub(crate) async fn authenticate(
             );
         }
         Err(e) => {
-            GatewayMetrics::bump(&shared.metrics.edge_unavailable);
-            warn!(error = %e, "MCP request answered 503: the edge could not be asked who the caller is");
+            fallback!(shared.metrics.counters.edge_unavailable, warn, error = %e, "MCP request answered 503: the edge could not be asked who the caller is");
             let mut response =
                 (StatusCode::SERVICE_UNAVAILABLE, "the tool broker is unavailable; retry shortly\n")
                     .into_response();
@@ -171,16 +168,18 @@ pub(crate) async fn authenticate(
         }
     };
     let Some(reader) = list.reader else {
-        GatewayMetrics::bump(&shared.metrics.edge_unavailable);
-        warn!("MCP request answered 503: the edge did not say who the caller is (an older edge)");
+        fallback!(
+            shared.metrics.counters.edge_unavailable,
+            warn,
+            "MCP request answered 503: the edge did not say who the caller is (an older edge)"
+        );
         let mut response =
             (StatusCode::SERVICE_UNAVAILABLE, "the edge is too old for the MCP endpoint\n").into_response();
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     };
     if reader.operator {
-        GatewayMetrics::bump(&shared.metrics.forbidden);
-        info!(operator = %reader.principal, "MCP request refused: operator credentials call no tools");
+        fallback!(shared.metrics.counters.forbidden, info, operator = %reader.principal, "MCP request refused: operator credentials call no tools");
         return challenge(
             &shared,
             &headers,
@@ -200,8 +199,7 @@ pub(crate) async fn authenticate(
     let claimed = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     if let Some(session) = &claimed {
         if !shared.owners.allows(session, &principal) {
-            GatewayMetrics::bump(&shared.metrics.forbidden);
-            info!(%principal, "MCP request refused: its session was opened by another user");
+            fallback!(shared.metrics.counters.forbidden, info, %principal, "MCP request refused: its session was opened by another user");
             return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
         }
     }

@@ -29,7 +29,7 @@ use tether_core::{for_model, CallOptions, Turn};
 
 use crate::auth::Scope;
 use crate::devices::{self, Device, Target};
-use crate::metrics::GatewayMetrics;
+use crate::metrics::GatewayCounters;
 use crate::watch;
 use crate::Shared;
 
@@ -337,7 +337,7 @@ impl ServerHandler for McpServer {
             result = self.call(&scope, request, &ctx) => Ok(result.into()),
             () = ctx.ct.cancelled() => {
                 let metrics = &self.shared.metrics;
-                GatewayMetrics::bump(&metrics.calls_cancelled);
+                GatewayCounters::bump(&metrics.counters.calls_cancelled);
                 metrics.calls.get_or_create(&vec![("outcome".to_owned(), "cancelled".to_owned())]).inc();
                 info!(principal = %scope.principal, "MCP client cancelled a call; the device was told to cancel");
                 // MCP sends no response to a cancelled request; this only ends the handler.

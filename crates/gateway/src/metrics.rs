@@ -11,23 +11,34 @@ use prometheus_client::registry::Registry;
 
 use tether_core::CoreCounters;
 
-/// Counters of the MCP endpoint; exported as `tether_mcp_<name>_total`.
+tether_counters::counters! {
+    /// The MCP endpoint's plain counters; exported as `tether_mcp_<name>_total`.
+    pub struct GatewayCounters;
+    events {
+        /// Calls the MCP client cancelled; the device was told to cancel.
+        calls_cancelled,
+        /// notifications/tools/list_changed sent to MCP clients.
+        list_changed_sent,
+    }
+    fallbacks {
+        /// Requests refused with 401: no bearer token, or one the edge refused.
+        unauthenticated,
+        /// Requests refused: an operator credential (403; it calls no tools), or another user's MCP session id (404).
+        forbidden,
+        /// Requests answered 503 because the link to the edge failed (the client may retry).
+        edge_unavailable,
+        /// Edge events a watcher missed; its client was told to re-list.
+        events_lagged,
+    }
+}
+
+/// Everything the MCP endpoint exports, with the counters of its tether-core link.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
-    /// Requests refused with 401: no bearer token, or one the edge refused.
-    pub unauthenticated: Counter,
-    /// Requests refused: an operator credential (403; it reads sessions, it calls no tools), or another user's MCP session id (404).
-    pub forbidden: Counter,
-    /// Requests answered 503 because the link to the edge failed (the client may retry).
-    pub edge_unavailable: Counter,
+    /// Plain counters: every fallback here moves with its log line.
+    pub counters: GatewayCounters,
     /// `tools/call` outcomes by `ok` or error kind (`isError` results carry the kind).
     pub calls: Family<Vec<(String, String)>, Counter>,
-    /// Calls the MCP client cancelled (`notifications/cancelled`); the device was told to cancel.
-    pub calls_cancelled: Counter,
-    /// `notifications/tools/list_changed` sent to MCP clients.
-    pub list_changed_sent: Counter,
-    /// Edge events a watcher missed because it fell behind; it told its client to re-list (the fallback).
-    pub events_lagged: Counter,
     /// The gateway's own link to the edge, as tether-core counts it (turn-start fallbacks and more).
     core: Option<Arc<CoreCounters>>,
 }
@@ -38,65 +49,20 @@ impl GatewayMetrics {
         GatewayMetrics { core: Some(core), ..GatewayMetrics::default() }
     }
 
-    /// Bumps a plain counter (one relaxed add).
-    pub fn bump(counter: &Counter) {
-        counter.inc();
-    }
-
-    fn plain(&self) -> [(&'static str, &'static str, &Counter); 6] {
-        [
-            (
-                "unauthenticated",
-                "Requests refused with 401: no bearer token, or one the edge refused",
-                &self.unauthenticated,
-            ),
-            (
-                "forbidden",
-                "Requests refused with 403: an operator credential calls no tools",
-                &self.forbidden,
-            ),
-            (
-                "edge_unavailable",
-                "Requests answered 503 because the link to the edge failed",
-                &self.edge_unavailable,
-            ),
-            (
-                "calls_cancelled",
-                "Calls the MCP client cancelled; the device was told to cancel",
-                &self.calls_cancelled,
-            ),
-            (
-                "list_changed_sent",
-                "notifications/tools/list_changed sent to MCP clients",
-                &self.list_changed_sent,
-            ),
-            (
-                "events_lagged",
-                "Edge events a watcher missed; its client was told to re-list",
-                &self.events_lagged,
-            ),
-        ]
-    }
-
     /// Every plain counter with its help text, for docs and their test.
     pub fn describe() -> Vec<(&'static str, &'static str)> {
-        GatewayMetrics::default().plain().iter().map(|(name, help, _)| (*name, *help)).collect()
+        GatewayCounters::describe()
     }
 
     /// One plain counter's value by name; panics on a name that is not one (a misspelt test cannot pass).
     pub fn get(&self, name: &str) -> u64 {
-        match self.plain().iter().find(|(n, _, _)| *n == name) {
-            Some((_, _, counter)) => counter.get(),
-            None => panic!("no gateway counter {name}"),
-        }
+        self.counters.get(name)
     }
 
     /// The exposition text (OpenMetrics families, without the closing `# EOF`).
     pub fn render(&self) -> String {
         let mut registry = Registry::with_prefix("tether_mcp");
-        for (name, help, counter) in self.plain() {
-            registry.register(name, help, counter.clone());
-        }
+        self.counters.register(&mut registry);
         registry.register("calls", "tools/call outcomes by ok or error kind", self.calls.clone());
         let mut text = String::new();
         if encode(&mut text, &registry).is_err() {

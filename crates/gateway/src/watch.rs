@@ -10,6 +10,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use tether_counters::fallback;
 
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +19,7 @@ use tracing::{debug, warn};
 use tether_core::Notification;
 
 use crate::auth::Scope;
-use crate::metrics::GatewayMetrics;
+use crate::metrics::GatewayCounters;
 use crate::Shared;
 
 /// Fans the link's notifications out to every watcher until the link closes.
@@ -73,8 +74,7 @@ where
         let changed = match event {
             Ok(note) => moves(&shared, &scope, &mut mine, &note).await,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                GatewayMetrics::bump(&shared.metrics.events_lagged);
-                warn!(missed, principal = %scope.principal, "MCP watcher fell behind the edge's events; telling its client to re-list");
+                fallback!(shared.metrics.counters.events_lagged, warn, missed, principal = %scope.principal, "MCP watcher fell behind the edge's events; telling its client to re-list");
                 true
             }
             Err(broadcast::error::RecvError::Closed) => return,
@@ -84,7 +84,7 @@ where
                 debug!(principal = %scope.principal, "MCP client gone; its watcher stops");
                 return;
             }
-            GatewayMetrics::bump(&shared.metrics.list_changed_sent);
+            GatewayCounters::bump(&shared.metrics.counters.list_changed_sent);
         }
     }
 }
@@ -108,7 +108,7 @@ mod tests {
         .await;
         let (events, _) = broadcast::channel(2);
         let link = tether_core::BackendLink::from_stream(ws);
-        let metrics = GatewayMetrics::default();
+        let metrics = crate::metrics::GatewayMetrics::default();
         let shared = Arc::new(Shared {
             link,
             config: crate::GatewayConfig::default(),

@@ -3,11 +3,12 @@
 //! asked, and the recent calls `sessions/inspect` shows.
 
 use std::time::Duration;
+use tether_counters::fallback;
 
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, info, Instrument};
 
 use tether_contract::backend::{CallParams, CallResponse, NamePair, Progress, RecentCall, SessionInspect};
 use tether_contract::error::{ErrorKind, WireError};
@@ -110,8 +111,7 @@ impl Session {
             drop(request);
             return Err(match e {
                 mpsc::error::TrySendError::Full(_) => {
-                    EdgeCounters::bump(&self.counters().outbound_full);
-                    warn!(session = %self.id, method, "device outbound queue full; request refused");
+                    fallback!(self.counters().outbound_full, warn, session = %self.id, method, "device outbound queue full; request refused");
                     RequestError::Overloaded
                 }
                 mpsc::error::TrySendError::Closed(_) => RequestError::Closed("disconnected".into()),
@@ -208,7 +208,7 @@ impl Session {
                 .with("available", Vec::<String>::new()));
         };
         if let Some(reason) = self.calls.closed() {
-            EdgeCounters::bump(&self.counters().calls_channel_closed);
+            fallback!(self.counters().calls_channel_closed, debug, session = %self.id, tool = %params.name, reason, "call refused: the session has closed");
             return Err(WireError::channel_closed(&reason));
         }
         let Some(original) = applied.table.original(&params.name).map(str::to_owned) else {
@@ -220,8 +220,7 @@ impl Session {
             .with("seq", applied.seq));
         };
         if let Err(refused) = applied.gate.check(&params.name, &params.arguments) {
-            EdgeCounters::bump(&self.counters().arguments_refused);
-            warn!(session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
+            fallback!(self.counters().arguments_refused, warn, session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
             return Err(refused);
         }
         let leg = params
@@ -248,20 +247,18 @@ impl Session {
         let (value, bytes) = match outcome {
             Ok(ok) => ok,
             Err(RequestError::Timeout { id }) => {
-                EdgeCounters::bump(&self.counters().call_timeouts);
                 cancel_on_device(self, id, &format!("tether edge stopped waiting after {} ms", ms(leg)));
-                warn!(session = %self.id, call_id = id, tool = %params.name, original = %original, leg_ms = ms(leg), "tool_call leg expired; device told to cancel");
+                fallback!(self.counters().call_timeouts, warn, session = %self.id, call_id = id, tool = %params.name, original = %original, leg_ms = ms(leg), "tool_call leg expired; device told to cancel");
                 return Err(WireError::timeout(Leg::ToolCall, ms(leg)));
             }
             Err(RequestError::Closed(reason)) => {
-                EdgeCounters::bump(&self.counters().calls_channel_closed);
+                fallback!(self.counters().calls_channel_closed, info, session = %self.id, tool = %params.name, reason, "call failed: the session closed while it was in flight");
                 return Err(WireError::channel_closed(&reason));
             }
             Err(e) => return Err(self.request_error(e, Leg::ToolCall, leg)),
         };
         if bytes > caps.result_bytes {
-            EdgeCounters::bump(&self.counters().results_too_large);
-            warn!(session = %self.id, tool = %params.name, bytes, limit = caps.result_bytes, "tool result over the result cap refused");
+            fallback!(self.counters().results_too_large, warn, session = %self.id, tool = %params.name, bytes, limit = caps.result_bytes, "tool result over the result cap refused");
             return Err(WireError::new(
                 ErrorKind::PayloadTooLarge,
                 format!("tool result of {bytes} bytes exceeds the {} byte cap", caps.result_bytes),
@@ -287,8 +284,7 @@ impl Session {
         if moved {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             if let Err(e) = self.read_catalog(budgets.reread).await {
-                EdgeCounters::bump(&self.counters().reread_failures);
-                warn!(session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
+                fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
                 response.manifest_stale = true;
             }
         }
@@ -322,8 +318,7 @@ impl Session {
             }
         };
         let (Some(relay), Some(progress)) = (relay, progress) else {
-            EdgeCounters::bump(&self.counters().progress_dropped);
-            debug!(session = %self.id, "device progress dropped: no call in flight with its token, malformed, or not increasing");
+            fallback!(self.counters().progress_dropped, debug, session = %self.id, "device progress dropped: no call in flight with its token, malformed, or not increasing");
             return;
         };
         let message = params
@@ -335,8 +330,7 @@ impl Session {
         let frame =
             jsonrpc::notification(mcp::method::PROGRESS, &serde_json::to_value(&note).unwrap_or_default());
         if relay.out.try_send(Outbound::Text(frame)).is_err() {
-            EdgeCounters::bump(&self.counters().outbound_full);
-            debug!(session = %self.id, "progress not relayed: the backend's queue is full or closed");
+            fallback!(self.counters().outbound_full, debug, session = %self.id, "progress not relayed: the backend's queue is full or closed");
             return;
         }
         EdgeCounters::bump(&self.counters().progress_relayed);

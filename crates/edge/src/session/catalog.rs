@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tether_counters::fallback;
 
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
@@ -40,8 +41,7 @@ impl Session {
                 // A device that answers `initialize` with an error may be one that
                 // speaks only 2026-07-28 and did not announce it: ask it that way.
                 Err(RequestError::Remote(error)) => {
-                    EdgeCounters::bump(&self.counters().revision_fallbacks);
-                    info!(session = %self.id, error = %error, "device refused initialize; trying server/discover (2026-07-28)");
+                    fallback!(self.counters().revision_fallbacks, info, session = %self.id, error = %error, "device refused initialize; trying server/discover (2026-07-28)");
                     (self.discover(budget).await?, Revision::V2026_07_28)
                 }
                 Err(e) => return Err(self.request_error(e, Leg::Reread, budget)),
@@ -98,10 +98,9 @@ impl Session {
     fn claimed_session(&self, meta: Option<&Map<String, Value>>) {
         if let Some(claimed) = meta.and_then(|m| m.get(meta::SESSION)) {
             if claimed.as_str() != Some(self.id.as_str()) {
-                EdgeCounters::bump(&self.counters().session_claims_ignored);
                 let mut shown = claimed.to_string();
                 tether_contract::error::truncate_utf8(&mut shown, 80);
-                warn!(session = %self.id, claimed = %shown, "device claimed another session id; ignored");
+                fallback!(self.counters().session_claims_ignored, warn, session = %self.id, claimed = %shown, "device claimed another session id; ignored");
             }
         }
     }
@@ -118,8 +117,7 @@ impl Session {
         if let Some(broken) =
             config.broken_profiles.iter().find(|p| p.server_name.as_deref() == Some(server_name))
         {
-            EdgeCounters::bump(&self.counters().client_profile_fallbacks);
-            warn!(session = %self.id, profile = %broken.name, "client profile is invalid; this device gets the default caps");
+            fallback!(self.counters().client_profile_fallbacks, warn, session = %self.id, profile = %broken.name, "client profile is invalid; this device gets the default caps");
         }
         config.caps
     }
@@ -223,15 +221,12 @@ impl Session {
             });
         }
         for drop in &intake.dropped {
-            EdgeCounters::bump(&self.counters().tools_dropped);
             self.hub.metrics.drops.get_or_create(&[("reason", drop.reason.as_str())]).inc();
-            warn!(session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), detail = drop.detail.as_deref().unwrap_or(""), "tool dropped from manifest");
-        }
-        for _ in 0..intake.descriptions_truncated {
-            EdgeCounters::bump(&self.counters().descriptions_truncated);
+            fallback!(self.counters().tools_dropped, warn, session = %self.id, seq, tool = %drop.name, bytes = drop.bytes, reason = drop.reason.as_str(), detail = drop.detail.as_deref().unwrap_or(""), "tool dropped from manifest");
         }
         if intake.descriptions_truncated > 0 {
-            warn!(session = %self.id, seq, count = intake.descriptions_truncated, limit = caps.description_chars, "tool descriptions cut to the description cap");
+            let cut = u64::try_from(intake.descriptions_truncated).unwrap_or(u64::MAX);
+            fallback!(self.counters().descriptions_truncated; cut, warn, session = %self.id, seq, count = intake.descriptions_truncated, limit = caps.description_chars, "tool descriptions cut to the description cap");
         }
         let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
         let empty = Identity::default();
@@ -252,8 +247,7 @@ impl Session {
                 }
             }
             Swap::Rejected { applied, offered } => {
-                EdgeCounters::bump(&self.counters().swaps_rejected);
-                info!(session = %self.id, applied, offered, "stale manifest swap rejected");
+                fallback!(self.counters().swaps_rejected, info, session = %self.id, applied, offered, "stale manifest swap rejected");
             }
         }
         Ok((swap, applied))
@@ -273,8 +267,7 @@ impl Session {
             }
             if let Some(earliest) = last_read.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
                 if Instant::now() < earliest {
-                    EdgeCounters::bump(&self.counters().list_changed_rate_limited);
-                    debug!(session = %self.id, "list_changed re-read held back by the rate limit");
+                    fallback!(self.counters().list_changed_rate_limited, debug, session = %self.id, "list_changed re-read held back by the rate limit");
                     tokio::select! {
                         _ = tokio::time::sleep_until(earliest) => {}
                         _ = self.closed.cancelled() => return,
@@ -283,8 +276,7 @@ impl Session {
             }
             last_read = Some(Instant::now());
             if let Err(e) = Box::pin(self.read_catalog(budget)).await {
-                EdgeCounters::bump(&self.counters().reread_failures);
-                warn!(session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
+                fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
             }
         }
     }

@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+use tether_counters::fallback;
 
 use futures::Stream;
 use serde_json::{json, Value};
@@ -23,7 +24,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, info, Instrument};
 
 use tether_contract::backend::{RecentCall, SessionClosed, SessionOpened};
 use tether_contract::jsonrpc;
@@ -201,8 +202,7 @@ impl Session {
     /// Queues a frame for the device; a full queue drops it, counted.
     fn send(&self, frame: String, what: &str) -> bool {
         if self.outbound.try_send(Outbound::Text(frame)).is_err() {
-            EdgeCounters::bump(&self.counters().outbound_full);
-            debug!(session = %self.id, what, "frame for the device dropped: outbound queue full or closed");
+            fallback!(self.counters().outbound_full, debug, session = %self.id, what, "frame for the device dropped: outbound queue full or closed");
             return false;
         }
         true
@@ -302,8 +302,7 @@ pub async fn serve_client<S, W>(
                 }
                 Err(_) if s.is_closed() => {}
                 Err(e) => {
-                    EdgeCounters::bump(&s.counters().sessions_failed_init);
-                    warn!(session = %s.id, error = %e, "device handshake failed");
+                    fallback!(s.counters().sessions_failed_init, warn, session = %s.id, error = %e, "device handshake failed");
                     s.end(Exit::HandshakeFailed);
                 }
             }

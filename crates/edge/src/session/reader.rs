@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tether_counters::fallback;
 
 use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
@@ -11,7 +12,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
@@ -20,7 +21,6 @@ use tether_rpc::Completion;
 
 use super::calls::Answer;
 use super::{ms, Session};
-use crate::counters::EdgeCounters;
 use crate::exit::Exit;
 use crate::ws::Outbound;
 
@@ -77,19 +77,17 @@ where
             _ = tokio::time::sleep_until(check_at) => {
                 let now = Instant::now();
                 if expires_at.is_some_and(|e| now >= e) {
-                    EdgeCounters::bump(&session.counters().credentials_expired);
-                    info!(session = %session.id, "device credential expired; closing");
+                    fallback!(session.counters().credentials_expired, info, session = %session.id, "device credential expired; closing");
                     return Exit::CredentialExpired;
                 }
                 if now.saturating_duration_since(last_seen) >= config.idle_timeout {
-                    EdgeCounters::bump(&session.counters().idle_closes);
-                    warn!(session = %session.id, "no traffic within the idle deadline; closing a half-open socket");
+                    fallback!(session.counters().idle_closes, warn, session = %session.id, "no traffic within the idle deadline; closing a half-open socket");
                     return Exit::Idle;
                 }
                 if now.saturating_duration_since(last_seen) >= config.ping_interval
                     && session.outbound.try_send(Outbound::Ping).is_err()
                 {
-                    EdgeCounters::bump(&session.counters().outbound_full);
+                    fallback!(session.counters().outbound_full, debug, session = %session.id, "ping not sent: the device's outbound queue is full");
                 }
                 check_at = next_check(now, last_seen);
                 continue;
@@ -108,15 +106,13 @@ where
             }
             Some(Ok(Message::Text(text))) => {
                 if session.on_text(text.as_str()).is_err() && strikes.strike(last_seen) {
-                    EdgeCounters::bump(&session.counters().strikeouts);
-                    warn!(session = %session.id, strikes = MAX_STRIKES, "too many malformed frames; closing with 1008");
+                    fallback!(session.counters().strikeouts, warn, session = %session.id, strikes = MAX_STRIKES, "too many malformed frames; closing with 1008");
                     return Exit::StruckOut;
                 }
             }
             Some(Ok(Message::Binary(_))) => {
-                EdgeCounters::bump(&session.counters().binary_frames);
                 session.hub.metrics.frame_refused("binary");
-                warn!(session = %session.id, "binary frame from device; closing with 1003");
+                fallback!(session.counters().binary_frames, warn, session = %session.id, "binary frame from device; closing with 1003");
                 return Exit::Binary;
             }
             Some(Ok(_)) => {}
@@ -124,19 +120,16 @@ where
                 let exit = Exit::from_read_error(&e);
                 match exit {
                     Exit::FrameTooLarge => {
-                        EdgeCounters::bump(&session.counters().oversized_frames);
                         session.hub.metrics.frame_refused("oversized");
-                        warn!(session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
+                        fallback!(session.counters().oversized_frames, warn, session = %session.id, error = %e, "frame over the transport ceiling; closing with 1009");
                     }
                     Exit::ProtocolViolation(kind) => {
-                        EdgeCounters::bump(&session.counters().bad_frames);
                         session.hub.metrics.frame_refused(kind);
-                        warn!(session = %session.id, kind, error = %e, "device broke WebSocket framing; closing with 1002");
+                        fallback!(session.counters().bad_frames, warn, session = %session.id, kind, error = %e, "device broke WebSocket framing; closing with 1002");
                     }
                     Exit::InvalidUtf8 => {
-                        EdgeCounters::bump(&session.counters().bad_frames);
                         session.hub.metrics.frame_refused("invalid_utf8");
-                        warn!(session = %session.id, "text frame that is not UTF-8; closing with 1007");
+                        fallback!(session.counters().bad_frames, warn, session = %session.id, "text frame that is not UTF-8; closing with 1007");
                     }
                     _ => debug!(session = %session.id, error = %e, "device socket read failed"),
                 }
@@ -174,8 +167,7 @@ impl Session {
                 self.send(frame, "answer to a device request");
             }
             Err(e) => {
-                EdgeCounters::bump(&self.counters().bad_frames);
-                debug!(session = %self.id, error = %e, "bad frame from device");
+                fallback!(self.counters().bad_frames, debug, session = %self.id, error = %e, "bad frame from device");
                 let (id, err) = e.to_wire();
                 self.hub.metrics.frame_refused(err.kind.as_str());
                 self.send(jsonrpc::error_response(&id, &err), "structured error for a bad frame");
@@ -190,31 +182,26 @@ impl Session {
         let id = match jsonrpc::answer_id(raw_id) {
             AnswerId::Exact(id) => id,
             AnswerId::Coerced(id) => {
-                EdgeCounters::bump(&self.counters().answer_ids_coerced);
-                warn!(session = %self.id, call_id = id, answered = %raw_id, "device answered request {id} with the id spelled {raw_id} (JSON-RPC requires the same id); delivered by value");
+                fallback!(self.counters().answer_ids_coerced, warn, session = %self.id, call_id = id, answered = %raw_id, "device answered request {id} with the id spelled {raw_id} (JSON-RPC requires the same id); delivered by value");
                 id
             }
             AnswerId::Foreign => {
-                EdgeCounters::bump(&self.counters().unknown_responses);
-                debug!(session = %self.id, id = %raw_id, "response for an id the edge never used");
+                fallback!(self.counters().unknown_responses, debug, session = %self.id, id = %raw_id, "response for an id the edge never used");
                 return;
             }
         };
         if id != 0 && id == self.listen_id.load(Ordering::Relaxed) {
-            EdgeCounters::bump(&self.counters().subscriptions_ended);
-            warn!(session = %self.id, "device ended its list_changed subscription; its catalog changes reach the edge only after calls that move the seq");
+            fallback!(self.counters().subscriptions_ended, warn, session = %self.id, "device ended its list_changed subscription; its catalog changes reach the edge only after calls that move the seq");
             return;
         }
         match self.calls.complete(id, answer) {
             Completion::Delivered => {}
             Completion::Late(late) => {
-                EdgeCounters::bump(&self.counters().late_answers);
                 let lateness = Instant::now().saturating_duration_since(late.deadline);
-                warn!(session = %self.id, call_id = id, tool = %late.tool, lateness_ms = ms(lateness), "late answer dropped");
+                fallback!(self.counters().late_answers, warn, session = %self.id, call_id = id, tool = %late.tool, lateness_ms = ms(lateness), "late answer dropped");
             }
             Completion::Unknown => {
-                EdgeCounters::bump(&self.counters().unknown_responses);
-                debug!(session = %self.id, call_id = id, "response for an unknown or already answered id");
+                fallback!(self.counters().unknown_responses, debug, session = %self.id, call_id = id, "response for an unknown or already answered id");
             }
         }
     }
@@ -235,8 +222,7 @@ impl Session {
         let announced = params.get("_meta").and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64);
         if let (Some(announced), Some(applied)) = (announced, self.manifest.seq()) {
             if announced <= applied {
-                EdgeCounters::bump(&self.counters().list_changed_stale);
-                debug!(session = %self.id, announced, applied, "list_changed not newer than applied manifest");
+                fallback!(self.counters().list_changed_stale, debug, session = %self.id, announced, applied, "list_changed not newer than applied manifest");
                 return;
             }
         }
