@@ -45,7 +45,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         idle_sessions: if args.quick { 2_000 } else { args.idle_sessions },
         quick: args.quick,
     };
-    let report = tether_harness::bench::run(cfg).await?;
+    let report = tether_harness::bench::run(cfg).await.map_err(|e| e.to_string())?;
     println!("{}", report.table());
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();

@@ -84,7 +84,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         call_budget: soak::DEFAULT_CALL_BUDGET,
         fleet_deadline: args.fleet_timeout,
     };
-    let report = soak::run(cfg).await?;
+    let report = soak::run(cfg).await.map_err(|e| e.to_string())?;
     if let Some((shutdown, task)) = embedded {
         shutdown.cancel();
         let _ = task.await;
@@ -94,7 +94,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         let text = serde_json::to_string_pretty(&soak::to_json(&report)).unwrap_or_default();
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         let svg = path.with_extension("svg");
-        soak::plot(&report, &svg)?;
+        soak::plot(&report, &svg).map_err(|e| e.to_string())?;
         eprintln!("report: {}  plot: {}", path.display(), svg.display());
     }
     let violations = report.violations();

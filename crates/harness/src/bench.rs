@@ -5,6 +5,7 @@
 //! can be read from `/proc`; devices and the load driver run in this one.
 //! Edge CPU per call is the figure that survives a crowded machine.
 
+use crate::error::HarnessError;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -81,16 +82,16 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(exe: &PathBuf, target: Target) -> Result<Server, String> {
+    fn start(exe: &PathBuf, target: Target) -> Result<Server, HarnessError> {
         let mut cmd = Command::new(exe);
         match target {
             Target::Tether | Target::TetherMcp => {
                 let dir = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
                 // The bench's devices share one principal; lift the per-principal limit.
                 let config = dir.join("bench.toml");
-                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(dir.display().to_string(), e))?;
                 std::fs::write(&config, "[limits]\nmax_sessions_per_principal = 1000000\n")
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| HarnessError::io(config.display().to_string(), e))?;
                 cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
                     .arg(config)
                     .arg("--data-dir")
@@ -105,12 +106,17 @@ impl Server {
             }
         }
         cmd.env("RUST_LOG", "error").stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-        let mut child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", exe.display()))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut child = cmd.spawn().map_err(|e| HarnessError::io(format!("spawn {}", exe.display()), e))?;
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
-        let addr =
-            line.trim().strip_prefix("listening on ").ok_or_else(|| format!("unexpected output {line:?}"))?;
+        if let Some(stdout) = child.stdout.take() {
+            BufReader::new(stdout)
+                .read_line(&mut line)
+                .map_err(|e| HarnessError::io(format!("read {}'s address", target.name()), e))?;
+        }
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .ok_or_else(|| HarnessError::Startup { server: target.name().to_owned(), line: line.clone() })?;
         let pid = child.id();
         Ok(Server { child, url: addr.to_owned(), pid })
     }
@@ -135,7 +141,7 @@ impl Server {
     }
 }
 
-fn tokens() -> Result<(String, String), String> {
+fn tokens() -> Result<(String, String), HarnessError> {
     // Minted here with the same secret the spawned edge is given.
     let keys = jwt::Signer::new(SECRET.as_bytes());
     Ok((keys.issue("bench-device", "tether-client")?, keys.issue("bench-driver", "tether-backend")?))
@@ -148,7 +154,7 @@ mod jwt {
         pub(super) fn new(secret: &[u8]) -> Signer {
             Signer(secret.to_vec())
         }
-        pub(super) fn issue(&self, sub: &str, aud: &str) -> Result<String, String> {
+        pub(super) fn issue(&self, sub: &str, aud: &str) -> Result<String, jsonwebtoken::errors::Error> {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -160,7 +166,6 @@ mod jwt {
                 &claims,
                 &jsonwebtoken::EncodingKey::from_secret(&self.0),
             )
-            .map_err(|e| e.to_string())
         }
     }
 }
@@ -266,7 +271,7 @@ async fn throughput(
     in_flight: usize,
     reread: bool,
     checked: bool,
-) -> Result<Row, String> {
+) -> Result<Row, HarnessError> {
     let server = Server::start(&cfg.exe, target)?;
     let (device_token, backend_token) = tokens()?;
     let (declaration, extra) = if checked { checked_tool() } else { (tool("op"), json!({})) };
@@ -278,7 +283,11 @@ async fn throughput(
     }
     let devices = connect_devices(&server.url, &device_token, sessions, &spec, !target.is_tether()).await;
     let ids: Arc<Vec<String>> = Arc::new(devices.iter().map(|(_, id)| id.clone()).collect());
-    let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
+    let link = Arc::new(
+        BackendLink::connect(&server.url, &backend_token)
+            .await
+            .map_err(|source| HarnessError::Link { url: server.url.clone(), source })?,
+    );
     if target.is_tether() {
         wait_listed(&link, &device_token, ids.len()).await;
     }
@@ -343,7 +352,7 @@ async fn throughput(
     }
     tokio::time::sleep_until(warmup).await;
     let cpu0 = server.cpu_seconds();
-    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     while let Some(r) = workers.join_next().await {
         if let Ok(Some(h)) = r {
             let _ = all.add(h);
@@ -382,7 +391,7 @@ impl McpDriver {
         token: &str,
         sessions: &[String],
         workers: usize,
-    ) -> Result<McpDriver, String> {
+    ) -> Result<McpDriver, HarnessError> {
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::ServiceExt;
@@ -390,7 +399,7 @@ impl McpDriver {
         let _ = rustls::crypto::ring::default_provider().install_default();
         // A pooled client: rmcp's default opens a connection per request, which would
         // measure TCP setup instead of the endpoint.
-        let http = reqwest::Client::builder().build().map_err(|e| e.to_string())?;
+        let http = reqwest::Client::builder().build().map_err(|e| HarnessError::Mcp(e.to_string()))?;
         let base = edge.replace("ws://", "http://");
         let mut clients = Vec::new();
         for w in 0..workers.min(sessions.len().max(1)) {
@@ -398,7 +407,7 @@ impl McpDriver {
             let url = format!("{base}/mcp/sessions/{session}");
             let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
             let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-            let client = ().serve(transport).await.map_err(|e| format!("MCP client: {e}"))?;
+            let client = ().serve(transport).await.map_err(|e| HarnessError::Mcp(e.to_string()))?;
             clients.push((client, session.clone()));
         }
         Ok(McpDriver { clients })
@@ -431,7 +440,7 @@ pub struct Idle {
     pub bytes_per_session: f64,
 }
 
-async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, String> {
+async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, HarnessError> {
     let server = Server::start(&cfg.exe, target)?;
     let (device_token, backend_token) = tokens()?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -441,7 +450,9 @@ async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, String> {
     let devices =
         connect_devices(&server.url, &device_token, cfg.idle_sessions, &spec, target != Target::Tether).await;
     if target == Target::Tether {
-        let link = BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?;
+        let link = BackendLink::connect(&server.url, &backend_token)
+            .await
+            .map_err(|source| HarnessError::Link { url: server.url.clone(), source })?;
         wait_listed(&link, &device_token, devices.len()).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -464,7 +475,7 @@ pub struct FailFast {
     pub channel_closed: usize,
 }
 
-async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
+async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, HarnessError> {
     let server = Server::start(&cfg.exe, Target::Tether)?;
     let (device_token, backend_token) = tokens()?;
     let mut spec = DeviceSpec::minimal(vec![tool("op")]);
@@ -472,7 +483,11 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
     spec.default_behavior = Behavior::Silent;
     let n = 100;
     let devices = connect_devices(&server.url, &device_token, n, &spec, false).await;
-    let link = Arc::new(BackendLink::connect(&server.url, &backend_token).await.map_err(|e| e.to_string())?);
+    let link = Arc::new(
+        BackendLink::connect(&server.url, &backend_token)
+            .await
+            .map_err(|source| HarnessError::Link { url: server.url.clone(), source })?,
+    );
     wait_listed(&link, &device_token, devices.len()).await;
     let mut calls = Vec::new();
     for (_, id) in &devices {
@@ -494,7 +509,7 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, String> {
         closed_at.push(Instant::now());
         dev.disconnect().await;
     }
-    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut closed = 0;
     for (c, t0) in calls.into_iter().zip(closed_at) {
         if let Ok((kind, at)) = c.await {
@@ -526,7 +541,7 @@ pub struct BenchReport {
 }
 
 /// Runs the fixed bench set.
-pub async fn run(cfg: BenchConfig) -> Result<BenchReport, String> {
+pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
     let session_counts: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
     let mut rows = Vec::new();
     for &sessions in session_counts {

@@ -6,6 +6,7 @@
 //! the same seed makes the same choices. `answer` latencies are uniform in
 //! `0..=answer_max_ms` (default 20 ms).
 
+use crate::error::FaultSpecError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -109,26 +110,28 @@ pub struct FaultMix {
 
 impl FaultMix {
     /// Parses a spec such as `answer=90,late=5,silent=5`; `seed` fixes the draws.
-    pub fn parse(spec: &str, seed: u64) -> Result<FaultMix, String> {
+    pub fn parse(spec: &str, seed: u64) -> Result<FaultMix, FaultSpecError> {
         let mut weights = Vec::new();
         let mut answer_max = Duration::from_millis(20);
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, value) =
-                part.split_once('=').ok_or_else(|| format!("fault {part:?}: expected name=weight"))?;
-            let n: u64 =
-                value.trim().parse().map_err(|_| format!("fault {part:?}: weight must be a whole number"))?;
+                part.split_once('=').ok_or_else(|| FaultSpecError::NotNameWeight(part.to_owned()))?;
+            let n: u64 = value.trim().parse().map_err(|_| FaultSpecError::NotWhole(part.to_owned()))?;
             if name == "answer_max_ms" {
                 answer_max = Duration::from_millis(n);
                 continue;
             }
             let fault = Fault::ALL.into_iter().find(|f| f.name() == name.trim()).ok_or_else(|| {
-                format!("unknown fault {name:?}; known: {}", Fault::ALL.map(Fault::name).join(", "))
+                FaultSpecError::Unknown {
+                    name: name.to_owned(),
+                    known: Fault::ALL.map(Fault::name).join(", "),
+                }
             })?;
             weights.push((fault, n));
         }
         let total = weights.iter().map(|(_, w)| w).sum();
         if total == 0 {
-            return Err("the fault mix needs at least one positive weight".into());
+            return Err(FaultSpecError::NoWeight);
         }
         Ok(FaultMix {
             weights,

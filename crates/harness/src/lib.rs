@@ -5,6 +5,7 @@
 //!   late, failing, disconnecting. Honest devices obey the client's own 2 s
 //!   answer ceiling; faults deliberately do not.
 //! - [`faults`] — weighted, seeded fault mixes for fleets.
+//! - [`error`] — why a soak or bench could not run.
 //! - [`bench`] — `tether bench`: tether against the bare relay, same run, ratios.
 //! - [`relay`] — the bare tokio-tungstenite relay `tether bench` compares with.
 //! - [`soak`] — a faulty fleet plus a load driver through `tether-core`, with invariants.
@@ -15,8 +16,10 @@
 
 pub mod bench;
 pub mod device;
+pub mod error;
 pub mod faults;
 pub mod relay;
 pub mod soak;
 
 pub use device::{Behavior, DeviceSpec, SimDevice, SimHandle};
+pub use error::{FaultSpecError, HarnessError};

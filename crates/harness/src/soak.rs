@@ -14,6 +14,7 @@
 //!   call's own: 0;
 //! - **pending at end** — calls the edge still holds after the run: 0.
 
+use crate::error::HarnessError;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -342,12 +343,12 @@ fn over_cap_tools() -> Vec<ToolDeclaration> {
 }
 
 /// Runs a soak and returns its report (the caller decides what a violation does).
-pub async fn run(cfg: SoakConfig) -> Result<SoakReport, String> {
+pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     let mix = Arc::new(FaultMix::parse(&cfg.faults, cfg.seed)?);
     let link = Arc::new(
         BackendLink::connect(&cfg.edge, &cfg.backend_token)
             .await
-            .map_err(|e| format!("backend link: {e}"))?,
+            .map_err(|source| HarnessError::Link { url: cfg.edge.clone(), source })?,
     );
     let start_sample = scrape(&cfg.edge).await.unwrap_or_default();
     let live: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -629,10 +630,14 @@ async fn settle_late_answers(edge: &str, mix: &FaultMix, late_at_start: u64) -> 
 }
 
 /// Writes an SVG with throughput and latency percentiles over time.
-pub fn plot(report: &SoakReport, path: &std::path::Path) -> Result<(), String> {
+pub fn plot(report: &SoakReport, path: &std::path::Path) -> Result<(), HarnessError> {
+    let failed = |e: &dyn std::fmt::Display| HarnessError::Plot {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    };
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE).map_err(|e| failed(&e))?;
     let (top, bottom) = root.split_vertically(300);
     let secs = report.timeline.len().max(1) as u64;
     let max_calls = report.timeline.iter().map(|s| s.calls).max().unwrap_or(1).max(1);
@@ -642,11 +647,11 @@ pub fn plot(report: &SoakReport, path: &std::path::Path) -> Result<(), String> {
         .x_label_area_size(30)
         .y_label_area_size(60)
         .build_cartesian_2d(0u64..secs, 0u64..max_calls + max_calls / 10)
-        .map_err(|e| e.to_string())?;
-    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| e.to_string())?;
+        .map_err(|e| failed(&e))?;
+    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| failed(&e))?;
     chart
         .draw_series(LineSeries::new(report.timeline.iter().map(|s| (s.t, s.calls)), &BLUE))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| failed(&e))?;
     let max_ms = report.timeline.iter().map(|s| s.latency.p99).fold(1.0f64, f64::max);
     let mut chart = ChartBuilder::on(&bottom)
         .caption("latency per second (ms): p50 green, p90 orange, p99 red", ("sans-serif", 18))
@@ -654,17 +659,17 @@ pub fn plot(report: &SoakReport, path: &std::path::Path) -> Result<(), String> {
         .x_label_area_size(30)
         .y_label_area_size(60)
         .build_cartesian_2d(0u64..secs, 0f64..max_ms * 1.1)
-        .map_err(|e| e.to_string())?;
-    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| e.to_string())?;
+        .map_err(|e| failed(&e))?;
+    chart.configure_mesh().x_desc("seconds").draw().map_err(|e| failed(&e))?;
     type Pick = fn(&Percentiles) -> f64;
     let series: [(Pick, RGBColor); 3] =
         [(|p| p.p50, GREEN), (|p| p.p90, RGBColor(255, 140, 0)), (|p| p.p99, RED)];
     for (pick, color) in series {
         chart
             .draw_series(LineSeries::new(report.timeline.iter().map(|s| (s.t, pick(&s.latency))), &color))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(&e))?;
     }
-    root.present().map_err(|e| e.to_string())
+    root.present().map_err(|e| failed(&e))
 }
 
 /// The JSON form of a report.
