@@ -50,6 +50,12 @@ enum Command {
     /// The bare relay the bench compares with (no auth, no validation: never expose it).
     #[command(hide = true)]
     Relay(cmd::bench::RelayArgs),
+    /// The independent bench's devices (spawned by `tether bench`).
+    #[command(hide = true)]
+    BenchFleet(cmd::bench::FleetArgs),
+    /// The independent bench's load driver (spawned by `tether bench`).
+    #[command(hide = true)]
+    BenchDriver(cmd::bench::DriverArgs),
     /// List connected sessions.
     Sessions(cmd::read::SessionsArgs),
     /// Serve the MCP endpoint (`/mcp`) for agent backends, apart from the edges
@@ -69,14 +75,34 @@ async fn run(command: Command) -> Result<(), String> {
         Command::Soak(args) => cmd::soak::run(args).await,
         Command::Bench(args) => cmd::bench::run(args).await,
         Command::Relay(args) => cmd::bench::relay(args).await,
+        Command::BenchFleet(args) => cmd::bench::fleet(args).await,
+        Command::BenchDriver(args) => cmd::bench::driver(args).await,
         Command::Sessions(args) => cmd::read::sessions(args).await,
         Command::Gateway(args) => cmd::gateway::run(args).await,
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The independent bench's devices and driver run on one thread each, so
+    // they stay light beside the server they measure.
+    let runtime = match cli.command {
+        Command::BenchFleet(_) | Command::BenchDriver(_) => {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("tether: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run_cli(cli))
+}
+
+async fn run_cli(cli: Cli) -> ExitCode {
     match cli.command {
         // `serve` sets up logging itself once it knows the configured format.
         Command::Serve(_) => {}

@@ -317,14 +317,17 @@ async fn several_devices_get_labelled_names_and_one_device_can_be_pinned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manifest_swap_mid_turn_reaches_the_client_as_list_changed() {
     let mcp = McpEdge::start().await;
-    let (_device, _) = mcp.device("mira", DeviceSpec::fieldkit_app()).await;
-    let mira = common::user("mira");
-    for sdk in ALL {
+    // One user and device per client: a second navigation to the same screen
+    // moves the seq over the same catalog, which is no list change at all.
+    let mut devices = Vec::new();
+    for (i, sdk) in ALL.into_iter().enumerate() {
+        let user = format!("mira-{i}");
+        devices.push(mcp.device(&user, DeviceSpec::fieldkit_app()).await);
         let seen = sdk
             .observe(
                 "list_changed",
                 &mcp.mcp,
-                &mira,
+                &common::user(&user),
                 &["client__open_work_order", "{\"workOrderId\":\"WO-1182\"}"],
             )
             .await;

@@ -249,6 +249,35 @@ async fn a_call_that_moves_the_seq_rereads_and_one_that_does_not_never_does() {
     assert!(turn.tools().iter().any(|t| t.name == "client__new"), "the turn picked up the fresh manifest");
 }
 
+/// A seq that moves over the same catalog re-stamps the manifest: no schema
+/// compile, no `list_changed` to backends, no manifest in the call response.
+#[tokio::test(start_paused = true)]
+async fn a_seq_that_moves_over_the_same_catalog_changes_nothing_a_backend_holds() {
+    let edge = DuplexEdge::new();
+    let spec = DeviceSpec::minimal(vec![tool("look"), tool("go")])
+        .with("go", Behavior::Navigate { tools: vec![tool("look"), tool("go")] });
+    let (_dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut notes = link.notifications().unwrap();
+    let params = |name: &str, bound_seq| CallParams {
+        session: session.clone(),
+        name: name.into(),
+        arguments: json!({}),
+        meta: CallMeta { credential: Some(common::user("mira")), bound_seq, ..CallMeta::default() },
+    };
+    let response = link.call(params("client__go", Some(1)), Duration::from_secs(12)).await.unwrap();
+    assert_eq!(edge.hub.counters().get("rereads_after_call"), 1, "the moved seq was read");
+    assert_eq!(response.seq, 2, "the backend learns the new seq");
+    assert!(response.manifest.is_none(), "the same catalog is not sent again");
+    let applied = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!((applied.seq, applied.content_seq), (2, 1));
+    // Bound to seq 1, a later call is still current: nothing to re-send.
+    let later = link.call(params("client__look", Some(1)), Duration::from_secs(12)).await.unwrap();
+    assert!(later.manifest.is_none());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(notes.try_recv().is_err(), "no list_changed for a list that did not change");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_over_cap_manifest_drops_the_same_tools_every_run_each_logged() {
     let declared = fixture("declarations/over-caps.json");

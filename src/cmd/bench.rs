@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use tether_harness::bench::{driver, fleet};
 use tether_harness::relay::Buffers;
 
 use crate::common::announce;
@@ -22,6 +23,55 @@ pub(crate) struct Args {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only the independent driver's rows (devices, driver and server in three processes).
+    #[arg(long)]
+    independent: bool,
+}
+
+/// Flags of the hidden `tether bench-fleet` (the independent bench's devices).
+#[derive(clap::Args)]
+pub(crate) struct FleetArgs {
+    /// The server under test.
+    #[arg(long)]
+    url: String,
+    /// Devices, one principal each.
+    #[arg(long)]
+    devices: usize,
+    /// The server is the bare relay.
+    #[arg(long)]
+    relay: bool,
+    /// Move the seq on every call.
+    #[arg(long)]
+    move_seq: bool,
+    /// The server's HS256 secret.
+    #[arg(long, env = "TETHER_BENCH_SECRET", hide_env_values = true)]
+    secret: String,
+}
+
+/// Flags of the hidden `tether bench-driver` (the independent bench's load).
+#[derive(clap::Args)]
+pub(crate) struct DriverArgs {
+    /// The server under test.
+    #[arg(long)]
+    url: String,
+    /// The sessions file `bench-fleet` reported (JSON).
+    #[arg(long)]
+    sessions: PathBuf,
+    /// The tool to call.
+    #[arg(long)]
+    tool: String,
+    /// Backend links.
+    #[arg(long, default_value_t = 4)]
+    links: usize,
+    /// Calls in flight across the links.
+    #[arg(long)]
+    in_flight: usize,
+    /// Seconds measured (after 500 ms of warm-up).
+    #[arg(long)]
+    seconds: u64,
+    /// The backend link's token.
+    #[arg(long, env = "TETHER_BENCH_BACKEND_TOKEN", hide_env_values = true)]
+    token: String,
 }
 
 /// Flags of `tether relay`.
@@ -44,6 +94,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         seconds: if args.quick { 2 } else { args.seconds },
         idle_sessions: if args.quick { 2_000 } else { args.idle_sessions },
         quick: args.quick,
+        independent_only: args.independent,
     };
     let report = tether_harness::bench::run(cfg).await.map_err(|e| e.to_string())?;
     println!("{}", report.table());
@@ -65,5 +116,39 @@ pub(crate) async fn relay(args: RelayArgs) -> Result<(), String> {
         tether_harness::relay::bind_and_serve(args.listen, buffers).await.map_err(|e| e.to_string())?;
     announce(&format!("listening on ws://{addr}"));
     std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Connects the fleet, prints its sessions as one JSON line, and answers until killed.
+pub(crate) async fn fleet(args: FleetArgs) -> Result<(), String> {
+    let cfg = fleet::FleetConfig {
+        url: args.url,
+        devices: args.devices,
+        secret: args.secret,
+        relay: args.relay,
+        move_seq: args.move_seq,
+    };
+    fleet::run(cfg, |sessions| announce(&serde_json::to_string(&sessions).unwrap_or_default()))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Drives load, printing `measuring`, `done`, then the report as one JSON line.
+pub(crate) async fn driver(args: DriverArgs) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(&args.sessions).map_err(|e| format!("{}: {e}", args.sessions.display()))?;
+    let sessions = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", args.sessions.display()))?;
+    let cfg = driver::DriverConfig {
+        url: args.url,
+        backend_token: args.token,
+        sessions,
+        tool: args.tool,
+        links: args.links,
+        in_flight: args.in_flight,
+        warmup: std::time::Duration::from_millis(500),
+        window: std::time::Duration::from_secs(args.seconds),
+    };
+    let report = driver::run(cfg, announce).await.map_err(|e| e.to_string())?;
+    announce(&serde_json::to_string(&report).unwrap_or_default());
     Ok(())
 }

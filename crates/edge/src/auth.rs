@@ -8,9 +8,10 @@
 //! `tether token` and `tether serve` on one machine agree without any setup.
 //! Identity-provider tokens (asymmetric, with a `kid`) go to [`crate::idp`].
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
@@ -272,7 +273,7 @@ impl Keys {
 }
 
 /// Which link a credential opens (and so which audience it must name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Link {
     /// `/v1/client`, and a turn's user credential.
     Client,
@@ -299,18 +300,57 @@ impl Link {
 pub struct Verifier {
     own: Keys,
     idp: Option<Arc<crate::idp::Idp>>,
+    verified: Arc<Mutex<VerifiedMemory>>,
+}
+
+/// Credentials that verified, by link and token.
+type VerifiedMemory = HashMap<(Link, Box<str>), Verified>;
+
+/// How long a verified credential is trusted without checking its signature
+/// again. Bounded well below any token's life: a key the identity provider
+/// withdraws stops a credential it signed within this long (a JWT is
+/// otherwise valid until `exp`; tether keeps no revocation list).
+pub const VERIFIED_TTL: Duration = Duration::from_secs(60);
+/// Most verified credentials remembered; past it the memory starts over.
+pub const VERIFIED_MEMORY: usize = 4096;
+
+/// A credential that verified, until when it may be trusted again unchecked.
+#[derive(Debug, Clone)]
+struct Verified {
+    claims: Claims,
+    until: tokio::time::Instant,
 }
 
 impl From<Keys> for Verifier {
     fn from(own: Keys) -> Verifier {
-        Verifier { own, idp: None }
+        Verifier::new(own, None)
     }
 }
 
 impl Verifier {
     /// A verifier for the edge's own keys and, optionally, an identity provider.
     pub fn new(own: Keys, idp: Option<Arc<crate::idp::Idp>>) -> Verifier {
-        Verifier { own, idp }
+        Verifier { own, idp, verified: Arc::default() }
+    }
+
+    /// [`Verifier::verify`], remembering what verified for [`VERIFIED_TTL`]
+    /// (and never past its `exp`): the credential every backend call carries
+    /// is checked once a minute, not once per call.
+    pub fn verify_remembered(&self, token: &str, link: Link) -> Result<Claims, AuthError> {
+        let now = tokio::time::Instant::now();
+        let key = (link, Box::<str>::from(token));
+        if let Some(hit) = crate::lock(&self.verified).get(&key) {
+            if now < hit.until && now_secs() < hit.claims.exp.saturating_add(LEEWAY_SECS) {
+                return Ok(hit.claims.clone());
+            }
+        }
+        let claims = self.verify(token, link)?;
+        let mut memory = crate::lock(&self.verified);
+        if memory.len() >= VERIFIED_MEMORY {
+            memory.clear();
+        }
+        memory.insert(key, Verified { claims: claims.clone(), until: now + VERIFIED_TTL });
+        Ok(claims)
     }
 
     /// The edge's own keys (what `tether token` signs with).

@@ -61,7 +61,7 @@ fn caller(hub: &Hub, session: &str, credential: Option<&str>) -> Result<String, 
             "tools/call needs the turn's user credential in _meta.credential".into(),
         );
     };
-    match hub.auth.verify(token, Link::Client) {
+    match hub.auth.verify_remembered(token, Link::Client) {
         Err(reason) => {
             refuse(ErrorKind::Unauthenticated, format!("the turn's user credential was refused: {reason}"))
         }
@@ -88,9 +88,9 @@ fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Read
             format!("{method_name} needs the user's credential (or an operator's) in _meta.credential"),
         );
     };
-    match hub.auth.verify(token, Link::Client) {
+    match hub.auth.verify_remembered(token, Link::Client) {
         Ok(claims) => Ok(Reader::User(claims.sub)),
-        Err(as_user) => match hub.auth.verify(token, Link::Operator) {
+        Err(as_user) => match hub.auth.verify_remembered(token, Link::Operator) {
             Ok(claims) => {
                 EdgeCounters::bump(&hub.counters().operator_reads);
                 info!(operator = %claims.sub, method = method_name, "operator credential used to read sessions");

@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 use tether_contract::backend::{DroppedTool, Manifest};
+use tether_contract::mcp::ToolDeclaration;
 
 use crate::caps::Intake;
 use crate::gate::ArgumentGate;
@@ -19,18 +20,30 @@ use crate::names::NameTable;
 pub struct AppliedManifest {
     /// Seq of this manifest (device-stamped, or edge issue-order stamp).
     pub seq: u64,
+    /// The seq at which the content (tools, context) last changed: a seq
+    /// that moves over the same catalog changes nothing a backend holds.
+    pub content_seq: u64,
     /// Namespaced ↔ original names of the kept tools.
-    pub table: NameTable,
+    pub table: Arc<NameTable>,
     /// The backend view, built once per swap so reads never rebuild it.
     pub view: Arc<Manifest>,
     /// The kept tools' compiled input schemas: every call's arguments pass it.
-    pub gate: ArgumentGate,
+    pub gate: Arc<ArgumentGate>,
+    /// The catalog as the device declared it, to recognise a re-read that changed nothing.
+    declared: Arc<Vec<ToolDeclaration>>,
 }
 
 impl AppliedManifest {
-    /// Builds the applied form of an intake for `session`.
-    pub fn new(session: &str, seq: u64, intake: Intake, context: Option<Value>, identity: &Identity) -> Self {
-        let gate = intake.gate;
+    /// Builds the applied form of an intake for `session`; `declared` is
+    /// the catalog the intake was made from.
+    pub fn new(
+        session: &str,
+        seq: u64,
+        intake: Intake,
+        context: Option<Value>,
+        identity: &Identity,
+        declared: Vec<ToolDeclaration>,
+    ) -> Self {
         let view = Manifest {
             session: session.to_owned(),
             seq,
@@ -40,7 +53,27 @@ impl AppliedManifest {
             context,
             dropped: intake.dropped,
         };
-        AppliedManifest { seq, table: intake.table, view: Arc::new(view), gate }
+        AppliedManifest {
+            seq,
+            content_seq: seq,
+            table: Arc::new(intake.table),
+            view: Arc::new(view),
+            gate: Arc::new(intake.gate),
+            declared: Arc::new(declared),
+        }
+    }
+
+    /// Whether `declared` and `context` are exactly what this manifest was made from.
+    pub fn same_content(&self, declared: &[ToolDeclaration], context: Option<&Value>) -> bool {
+        self.declared.as_slice() == declared && self.view.context.as_ref() == context
+    }
+
+    /// This manifest under a new seq, content untouched: no intake, no schema
+    /// compile, and nothing for a backend to re-read.
+    pub fn reseq(&self, seq: u64) -> AppliedManifest {
+        let mut view = (*self.view).clone();
+        view.seq = seq;
+        AppliedManifest { seq, view: Arc::new(view), ..self.clone() }
     }
 
     /// Namespaced names of the tools available now, for `tool_unavailable`.
@@ -136,8 +169,8 @@ mod tests {
             output_schema: None,
             annotations: None,
         };
-        let intake = crate::caps::intake(vec![decl], &Caps::default());
-        AppliedManifest::new("s", seq, intake, None, &Identity::default())
+        let intake = crate::caps::intake(vec![decl.clone()], &Caps::default());
+        AppliedManifest::new("s", seq, intake, None, &Identity::default(), vec![decl])
     }
 
     #[test]

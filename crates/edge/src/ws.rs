@@ -4,6 +4,10 @@
 //! sit at the transport ceiling (so an oversized frame is refused before it is
 //! buffered whole), and the read buffer is 4 KiB instead of 128 KiB, which is
 //! zero-filled before every read (tungstenite-rs #547).
+//!
+//! Writes are batched: the writer takes every frame already queued (up to
+//! [`WRITE_BATCH`]), buffers them, and flushes once — one `send` syscall
+//! for a burst instead of one per frame, and nothing waits for more to come.
 
 use futures::{Sink, SinkExt};
 use tokio::sync::mpsc;
@@ -17,12 +21,16 @@ use tether_contract::Caps;
 
 /// Read buffer per socket; most frames fit, larger ones grow it.
 pub const READ_BUFFER: usize = 4 * 1024;
+/// Bytes buffered before tungstenite writes on its own; the writer flushes sooner.
+pub const WRITE_BUFFER: usize = 16 * 1024;
+/// Most frames written per flush, so one busy socket's burst stays short.
+pub const WRITE_BATCH: usize = 64;
 
 /// The WebSocket configuration for every tether socket under `caps`.
 pub fn ws_config(caps: &Caps) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
+        .write_buffer_size(WRITE_BUFFER)
         .max_message_size(Some(caps.transport_ceiling))
         .max_frame_size(Some(caps.transport_ceiling))
 }
@@ -61,15 +69,23 @@ where
                 return send_close(&mut sink, code, reason).await;
             }
         };
-        match next {
-            Some(Outbound::Text(text)) => sink.send(Message::text(text)).await?,
-            Some(Outbound::Ping) => sink.send(Message::Ping(Vec::new().into())).await?,
-            Some(Outbound::Close(code, reason)) => return send_close(&mut sink, code, reason).await,
-            None => {
-                let (code, reason) = close_code();
-                return send_close(&mut sink, code, reason).await;
+        let mut item = next;
+        for _ in 0..WRITE_BATCH {
+            match item {
+                Some(Outbound::Text(text)) => sink.feed(Message::text(text)).await?,
+                Some(Outbound::Ping) => sink.feed(Message::Ping(Vec::new().into())).await?,
+                Some(Outbound::Close(code, reason)) => return send_close(&mut sink, code, reason).await,
+                None => {
+                    let (code, reason) = close_code();
+                    return send_close(&mut sink, code, reason).await;
+                }
+            }
+            match queue.try_recv() {
+                Ok(more) => item = Some(more),
+                Err(_) => break,
             }
         }
+        sink.flush().await?;
     }
 }
 

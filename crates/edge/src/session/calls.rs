@@ -288,11 +288,11 @@ impl Session {
                 response.manifest_stale = true;
             }
         }
-        let current = self.manifest.current();
-        let stale_binding =
-            params.meta.bound_seq.is_some_and(|b| current.as_ref().is_some_and(|c| b < c.seq));
-        if let Some(current) = current {
-            if moved || stale_binding || current.seq != applied.seq {
+        // The manifest goes back only when its content changed since what the
+        // backend holds: a seq that moved over the same catalog sends nothing.
+        if let Some(current) = self.manifest.current() {
+            let held = params.meta.bound_seq.unwrap_or(applied.seq);
+            if current.content_seq > held {
                 response.manifest = Some((*current.view).clone());
             }
             response.seq = current.seq;

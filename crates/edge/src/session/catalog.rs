@@ -211,6 +211,27 @@ impl Session {
         }
         self.observe_leg(Leg::Reread, read_started);
         let seq = seq.unwrap_or(stamp);
+        // A seq that moved over the same catalog: the applied manifest, re-stamped.
+        if let Some(current) =
+            self.manifest.current().filter(|c| !paged_out && c.same_content(&tools, context.as_ref()))
+        {
+            let swap = self.manifest.offer(current.reseq(seq));
+            let report = match swap {
+                Swap::Accepted { from, to } => {
+                    EdgeCounters::bump(&self.counters().swaps_accepted);
+                    debug!(session = %self.id, from = ?from, to, "seq moved over the same catalog; manifest re-stamped");
+                    Some(
+                        json!({"seq": seq, "kept": current.view.tools.len(), "dropped": current.view.dropped}),
+                    )
+                }
+                Swap::Rejected { applied, offered } => {
+                    fallback!(self.counters().swaps_rejected, info, session = %self.id, applied, offered, "stale manifest swap rejected");
+                    None
+                }
+            };
+            return Ok((swap, report));
+        }
+        let declared = tools.clone();
         let mut intake = caps::intake(tools, &caps);
         if paged_out {
             intake.dropped.push(DroppedTool {
@@ -231,7 +252,7 @@ impl Session {
         let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
         let empty = Identity::default();
         let identity = self.handshake.get().map_or(&empty, |h| &h.identity);
-        let candidate = AppliedManifest::new(&self.id, seq, intake, context, identity);
+        let candidate = AppliedManifest::new(&self.id, seq, intake, context, identity, declared);
         let swap = self.manifest.offer(candidate);
         let mut applied = None;
         match swap {

@@ -1,9 +1,17 @@
 //! `tether bench`: a fixed, repeatable set of measurements of tether against
 //! the bare relay ([`crate::relay`]) in the same run, on the same machine.
 //!
-//! The server under test runs in its own process so its CPU time and memory
-//! can be read from `/proc`; devices and the load driver run in this one.
-//! Edge CPU per call is the figure that survives a crowded machine.
+//! Two drivers. The independent one ([`independent`]) runs devices
+//! ([`fleet`]) and a raw-frame driver ([`driver`]) in processes of their
+//! own, so the server runs hot and its cost shows. The through-core one
+//! (this module) drives the server through tether-core from this process
+//! with simulated devices beside it: it measures what a backend linking core
+//! sees, and saturates before the server does. The server under test always
+//! runs in its own process so its CPU time and memory can be read from `/proc`.
+
+pub mod driver;
+pub mod fleet;
+pub mod independent;
 
 use crate::error::HarnessError;
 use std::io::{BufRead, BufReader};
@@ -36,6 +44,8 @@ pub struct BenchConfig {
     pub idle_sessions: usize,
     /// Skip the 1,000-session rows and use fewer idle sessions.
     pub quick: bool,
+    /// Only the independent driver's rows.
+    pub independent_only: bool,
 }
 
 /// The server under test.
@@ -52,7 +62,7 @@ pub enum Target {
 }
 
 impl Target {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Target::BareDefault => "bare (128 KiB buffers)",
             Target::Bare => "bare (4 KiB buffers)",
@@ -61,17 +71,17 @@ impl Target {
         }
     }
 
-    fn is_tether(self) -> bool {
+    pub(crate) fn is_tether(self) -> bool {
         matches!(self, Target::Tether | Target::TetherMcp)
     }
 }
 
-const SECRET: &str = "tether-bench-secret-0123456789abcdef";
+pub(crate) const SECRET: &str = "tether-bench-secret-0123456789abcdef";
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
-    pid: u32,
+    pub(crate) url: String,
+    pub(crate) pid: u32,
 }
 
 impl Drop for Server {
@@ -82,7 +92,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(exe: &PathBuf, target: Target) -> Result<Server, HarnessError> {
+    pub(crate) fn start(exe: &PathBuf, target: Target) -> Result<Server, HarnessError> {
         let mut cmd = Command::new(exe);
         match target {
             Target::Tether | Target::TetherMcp => {
@@ -121,14 +131,8 @@ impl Server {
         Ok(Server { child, url: addr.to_owned(), pid })
     }
 
-    fn cpu_seconds(&self) -> f64 {
-        // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 Hz on Linux).
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-        let f: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-        // After ")": state is not numeric, so f[0] is ppid (field 4); utime is field 14 → f[10].
-        let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-        ticks as f64 / 100.0
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.pid)
     }
 
     fn rss_bytes(&self) -> u64 {
@@ -148,13 +152,24 @@ fn tokens() -> Result<(String, String), HarnessError> {
 }
 
 /// Mints HS256 tokens with the claims tether requires, so the harness needs no edge code.
-mod jwt {
-    pub(super) struct Signer(Vec<u8>);
+/// CPU time (user + system) of process `pid`, in seconds; 0 when unreadable.
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 Hz on Linux).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // After ")": state is not numeric, so f[0] is ppid (field 4); utime is field 14 → f[10].
+    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
+pub(crate) mod jwt {
+    pub(crate) struct Signer(Vec<u8>);
     impl Signer {
-        pub(super) fn new(secret: &[u8]) -> Signer {
+        pub(crate) fn new(secret: &[u8]) -> Signer {
             Signer(secret.to_vec())
         }
-        pub(super) fn issue(&self, sub: &str, aud: &str) -> Result<String, jsonwebtoken::errors::Error> {
+        pub(crate) fn issue(&self, sub: &str, aud: &str) -> Result<String, jsonwebtoken::errors::Error> {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -463,7 +478,7 @@ async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, HarnessError> {
 }
 
 /// Time from a device socket closing to `channel_closed` at the backend.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct FailFast {
     /// Calls in flight when their devices closed.
     pub calls: usize,
@@ -532,7 +547,9 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, HarnessError> {
 /// Everything a bench run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    /// Throughput rows.
+    /// Throughput under the independent driver (server, devices and driver in three processes).
+    pub independent: Vec<independent::IndependentRow>,
+    /// Throughput rows under the through-core driver.
     pub rows: Vec<Row>,
     /// Idle memory per target.
     pub idle: Vec<Idle>,
@@ -542,6 +559,15 @@ pub struct BenchReport {
 
 /// Runs the fixed bench set.
 pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
+    let independent = independent::run(&cfg).await?;
+    if cfg.independent_only {
+        return Ok(BenchReport {
+            independent,
+            rows: Vec::new(),
+            idle: Vec::new(),
+            fail_fast: FailFast::default(),
+        });
+    }
     let session_counts: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
     let mut rows = Vec::new();
     for &sessions in session_counts {
@@ -575,13 +601,18 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
     }
     eprintln!("bench: tether fail-fast");
     let fail_fast = fail_fast(&cfg).await?;
-    Ok(BenchReport { rows, idle: idle_rows, fail_fast })
+    Ok(BenchReport { independent, rows, idle: idle_rows, fail_fast })
 }
 
 impl BenchReport {
     /// The report as one table, with ratios against the bare relay (4 KiB) measured in the same run.
     pub fn table(&self) -> String {
-        let mut out = String::new();
+        let mut out = String::from("Independent driver (devices, driver and server in three processes):\n\n");
+        out.push_str(&independent::table(&self.independent));
+        if self.rows.is_empty() {
+            return out;
+        }
+        out.push_str("\nThrough tether-core (driver and simulated devices in the bench process):\n\n");
         out.push_str("| target | sessions | in flight | seq moves | schema | calls/s | × bare | p50 µs | p99 µs | CPU µs/call | × bare | errors |\n");
         out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &self.rows {

@@ -1,0 +1,219 @@
+//! The independent bench's devices: one process, one thread, raw frames.
+//!
+//! Each device holds its own principal (a real fleet has one user per
+//! device), answers `initialize` and `tools/list`, and answers every call at
+//! once with a fixed result that carries the seq — moved on every call when
+//! asked, so the edge re-reads the catalog each time. Nothing here goes
+//! through tether-core or the simulated device: its cost stays off the
+//! server's books and cannot be the bottleneck that hides the server's cost.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+use tether_contract::mcp::method;
+
+use super::jwt::Signer;
+use crate::error::HarnessError;
+
+/// What the fleet process runs.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// `ws://host:port` of the server under test.
+    pub url: String,
+    /// Devices to connect.
+    pub devices: usize,
+    /// The server's HS256 secret, to mint one device token per principal.
+    pub secret: String,
+    /// The bare relay: ready once greeted (it has no manifest to apply).
+    pub relay: bool,
+    /// Move the seq on every call (the edge re-reads the catalog each time).
+    pub move_seq: bool,
+}
+
+/// One connected device: its session and the user credential calls to it carry.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct FleetSession {
+    /// The session id the server gave.
+    pub session: String,
+    /// The device principal's `tether-client` token (also the turn's user credential).
+    pub credential: String,
+}
+
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct InitParams {
+    #[serde(rename = "_meta")]
+    meta: Option<InitMeta>,
+}
+
+#[derive(Deserialize)]
+struct InitMeta {
+    #[serde(rename = "tether.dev/session")]
+    session: Option<String>,
+}
+
+/// Connects the fleet, hands every session to `ready` once all are callable,
+/// then answers until the process is stopped.
+pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Result<(), HarnessError> {
+    let signer = Signer::new(cfg.secret.as_bytes());
+    let readied = Arc::new(AtomicUsize::new(0));
+    let all_ready = Arc::new(Notify::new());
+    let sessions = Arc::new(std::sync::Mutex::new(Vec::with_capacity(cfg.devices)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cfg.devices {
+        let credential = signer.issue(&format!("bench-user-{i}"), "tether-client")?;
+        let device = Device {
+            url: cfg.url.clone(),
+            credential,
+            relay: cfg.relay,
+            move_seq: cfg.move_seq,
+            seq: 1,
+            total: cfg.devices,
+            readied: Arc::clone(&readied),
+            all_ready: Arc::clone(&all_ready),
+            sessions: Arc::clone(&sessions),
+        };
+        tasks.spawn(device.run());
+        // Connect in bounded bursts: a server's accept queue is not the thing measured.
+        if i % 64 == 63 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let notified = all_ready.notified();
+    if readied.load(Ordering::Acquire) < cfg.devices {
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep(Duration::from_secs(120)) => {}
+            Some(Err(e)) = tasks.join_next() => {
+                return Err(HarnessError::Mcp(format!("a bench device failed: {e}")));
+            }
+        }
+    }
+    let list = std::mem::take(&mut *tether_rpc::lock(&sessions));
+    ready(list);
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(e)) = done {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+struct Device {
+    url: String,
+    credential: String,
+    relay: bool,
+    move_seq: bool,
+    seq: u64,
+    total: usize,
+    readied: Arc<AtomicUsize>,
+    all_ready: Arc<Notify>,
+    sessions: Arc<std::sync::Mutex<Vec<FleetSession>>>,
+}
+
+impl Device {
+    async fn run(mut self) -> Result<(), HarnessError> {
+        let mut request = format!("{}/v1/client", self.url)
+            .into_client_request()
+            .map_err(|e| HarnessError::Mcp(format!("bench device url: {e}")))?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {}", self.credential))
+            .map_err(|e| HarnessError::Mcp(format!("bench device token: {e}")))?;
+        request.headers_mut().insert("authorization", bearer);
+        let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
+        let mut ws = None;
+        for _ in 0..20 {
+            match tokio_tungstenite::connect_async_with_config(request.clone(), Some(config), true).await {
+                Ok((socket, _)) => {
+                    ws = Some(socket);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let Some(mut ws) = ws else {
+            return Err(HarnessError::Mcp(format!("bench device could not connect to {}", self.url)));
+        };
+        let mut session = None;
+        while let Some(Ok(message)) = ws.next().await {
+            let Message::Text(text) = message else { continue };
+            let Ok(frame) = serde_json::from_str::<Incoming<'_>>(text.as_str()) else { continue };
+            let Some(method_name) = frame.method.as_deref() else { continue };
+            let reply = match (method_name, frame.id) {
+                (method::TOOLS_CALL, Some(id)) => {
+                    if self.move_seq {
+                        self.seq += 1;
+                    }
+                    Some(format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}],"_meta":{{"tether.dev/seq":{}}}}}}}"#,
+                        id.get(),
+                        self.seq
+                    ))
+                }
+                (method::TOOLS_LIST, Some(id)) => Some(format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"op","description":"Answers at once.","inputSchema":{{"type":"object"}}}}],"_meta":{{"tether.dev/seq":{}}}}}}}"#,
+                    id.get(),
+                    self.seq
+                )),
+                (method::INITIALIZE, Some(id)) => {
+                    session = frame
+                        .params
+                        .and_then(|p| serde_json::from_str::<InitParams>(p.get()).ok())
+                        .and_then(|p| p.meta?.session);
+                    let reply = format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"protocolVersion":"2025-11-25","capabilities":{{"tools":{{"listChanged":true}}}},"serverInfo":{{"name":"bench-device","version":"1"}}}}}}"#,
+                        id.get()
+                    );
+                    if self.relay {
+                        ws.send(Message::text(reply)).await.ok();
+                        self.ready(session.take());
+                        continue;
+                    }
+                    Some(reply)
+                }
+                (method::MANIFEST_APPLIED, None) => {
+                    self.ready(session.take());
+                    None
+                }
+                (_, Some(id)) => Some(format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"not served"}}}}"#,
+                    id.get()
+                )),
+                _ => None,
+            };
+            if let Some(reply) = reply {
+                if ws.send(Message::text(reply)).await.is_err() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn ready(&self, session: Option<String>) {
+        let Some(session) = session else { return };
+        tether_rpc::lock(&self.sessions).push(FleetSession { session, credential: self.credential.clone() });
+        if self.readied.fetch_add(1, Ordering::AcqRel) + 1 == self.total {
+            self.all_ready.notify_one();
+        }
+    }
+}

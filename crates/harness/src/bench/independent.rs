@@ -1,0 +1,260 @@
+//! The independent mode: the server, the devices and the load driver in
+//! three processes, so the figures are the server's alone.
+//!
+//! The devices ([`super::fleet`]) and the driver ([`super::driver`]) are this
+//! binary's hidden `bench-fleet` and `bench-driver` commands, each on one
+//! thread. The parent samples the server's `/proc` counters when the driver
+//! opens and closes its window: CPU (user + system), context switches (every
+//! thread, voluntary and not) and read/write syscalls (`syscr + syscw` of
+//! `/proc/PID/io`; `epoll_wait` is not among them).
+
+use std::path::Path;
+use std::process::Stdio;
+
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use super::driver::DriverReport;
+use super::fleet::FleetSession;
+use super::{BenchConfig, Server, Target, SECRET};
+use crate::error::HarnessError;
+
+/// Backend links the driver opens.
+pub const LINKS: usize = 4;
+
+/// One measurement under the independent driver.
+#[derive(Debug, Clone, Serialize)]
+pub struct IndependentRow {
+    /// Server under test.
+    pub target: Target,
+    /// Connected sessions (one principal each).
+    pub sessions: usize,
+    /// Calls in flight across the driver's links.
+    pub in_flight: usize,
+    /// Whether every result moved the seq (forcing a catalog re-read).
+    pub move_seq: bool,
+    /// Calls answered in the window.
+    pub calls: u64,
+    /// Calls that failed or went unanswered.
+    pub errors: u64,
+    /// Calls per second.
+    pub calls_per_s: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
+    /// 99th percentile latency, µs.
+    pub p99_us: u64,
+    /// Server CPU (user + system) per call, µs.
+    pub cpu_us_per_call: f64,
+    /// Server context switches per call (all threads).
+    pub switches_per_call: f64,
+    /// Server read/write syscalls per call.
+    pub syscalls_per_call: f64,
+    /// The device fleet's CPU per call, µs: the server's peers must not be the bottleneck.
+    pub fleet_cpu_us_per_call: f64,
+    /// The driver's CPU per call, µs.
+    pub driver_cpu_us_per_call: f64,
+}
+
+/// The server's counters at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    cpu_s: f64,
+    switches: u64,
+    syscalls: u64,
+    fleet_cpu_s: f64,
+    driver_cpu_s: f64,
+}
+
+fn sample(server: &Server, fleet: Option<u32>, driver: Option<u32>) -> Sample {
+    Sample {
+        cpu_s: server.cpu_seconds(),
+        switches: switches(server.pid),
+        syscalls: syscalls(server.pid),
+        fleet_cpu_s: fleet.map_or(0.0, super::cpu_seconds),
+        driver_cpu_s: driver.map_or(0.0, super::cpu_seconds),
+    }
+}
+
+/// Voluntary and involuntary context switches of every thread of `pid`.
+fn switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .map(|status| {
+            status
+                .lines()
+                .filter(|l| {
+                    l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
+                })
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Read-like plus write-like syscalls of `pid` (0 where `/proc/PID/io` is not readable).
+fn syscalls(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .filter(|l| l.starts_with("syscr:") || l.starts_with("syscw:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs one row: a fresh server, a fleet of `sessions`, the driver at `in_flight`.
+pub(super) async fn measure(
+    cfg: &BenchConfig,
+    target: Target,
+    sessions: usize,
+    in_flight: usize,
+    move_seq: bool,
+) -> Result<IndependentRow, HarnessError> {
+    let server = Server::start(&cfg.exe, target)?;
+    let relay = !target.is_tether();
+    let mut fleet = Command::new(&cfg.exe);
+    fleet.args(["bench-fleet", "--url", &server.url, "--devices", &sessions.to_string()]);
+    if relay {
+        fleet.arg("--relay");
+    }
+    if move_seq {
+        fleet.arg("--move-seq");
+    }
+    let mut fleet = fleet
+        .env("TETHER_BENCH_SECRET", SECRET)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| HarnessError::io("spawn bench-fleet", e))?;
+    let Some(out) = fleet.stdout.take() else {
+        return Err(HarnessError::Mcp("bench-fleet has no stdout".into()));
+    };
+    let mut lines = BufReader::new(out).lines();
+    let first = lines.next_line().await.map_err(|e| HarnessError::io("read bench-fleet", e))?;
+    let list: Vec<FleetSession> =
+        first.as_deref().and_then(|l| serde_json::from_str(l).ok()).ok_or_else(|| HarnessError::Startup {
+            server: "bench-fleet".into(),
+            line: first.unwrap_or_default(),
+        })?;
+    if list.len() < sessions {
+        return Err(HarnessError::Mcp(format!(
+            "only {} of {sessions} bench devices got a session",
+            list.len()
+        )));
+    }
+    let dir = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(dir.display().to_string(), e))?;
+    let file = dir.join("sessions.json");
+    write_sessions(&file, &list)?;
+    let backend = super::jwt::Signer::new(SECRET.as_bytes()).issue("bench-driver", "tether-backend")?;
+    let tool = if relay { "op" } else { "client__op" };
+    let mut driver = Command::new(&cfg.exe)
+        .args(["bench-driver", "--url", &server.url, "--tool", tool])
+        .arg("--sessions")
+        .arg(&file)
+        .args(["--links", &LINKS.to_string(), "--in-flight", &in_flight.to_string()])
+        .args(["--seconds", &cfg.seconds.to_string()])
+        .env("TETHER_BENCH_BACKEND_TOKEN", backend)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| HarnessError::io("spawn bench-driver", e))?;
+    let Some(out) = driver.stdout.take() else {
+        return Err(HarnessError::Mcp("bench-driver has no stdout".into()));
+    };
+    let mut lines = BufReader::new(out).lines();
+    let (mut before, mut after) = (None, None);
+    let mut report = None;
+    while let Some(line) = lines.next_line().await.map_err(|e| HarnessError::io("read bench-driver", e))? {
+        match line.as_str() {
+            "measuring" => before = Some(sample(&server, fleet.id(), driver.id())),
+            "done" => after = Some(sample(&server, fleet.id(), driver.id())),
+            other => report = serde_json::from_str::<DriverReport>(other).ok(),
+        }
+    }
+    let _ = driver.wait().await;
+    let (Some(before), Some(after), Some(report)) = (before, after, report) else {
+        return Err(HarnessError::Mcp("bench-driver ended without its report".into()));
+    };
+    drop(fleet);
+    let per_call = |x: f64| if report.calls > 0 { x / report.calls as f64 } else { 0.0 };
+    Ok(IndependentRow {
+        target,
+        sessions,
+        in_flight,
+        move_seq,
+        calls: report.calls,
+        errors: report.errors,
+        calls_per_s: report.calls as f64 / cfg.seconds as f64,
+        p50_us: report.p50_us,
+        p99_us: report.p99_us,
+        cpu_us_per_call: per_call((after.cpu_s - before.cpu_s) * 1e6),
+        switches_per_call: per_call(after.switches.saturating_sub(before.switches) as f64),
+        syscalls_per_call: per_call(after.syscalls.saturating_sub(before.syscalls) as f64),
+        fleet_cpu_us_per_call: per_call((after.fleet_cpu_s - before.fleet_cpu_s) * 1e6),
+        driver_cpu_us_per_call: per_call((after.driver_cpu_s - before.driver_cpu_s) * 1e6),
+    })
+}
+
+fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), HarnessError> {
+    let text = serde_json::to_string(list).map_err(|e| HarnessError::Mcp(e.to_string()))?;
+    std::fs::write(path, text).map_err(|e| HarnessError::io(path.display().to_string(), e))
+}
+
+/// The independent rows of one run: both loads for the relay and tether, then
+/// tether with a seq that moves on every call.
+pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, HarnessError> {
+    let loads: &[(usize, usize)] = if cfg.quick { &[(100, 64)] } else { &[(100, 64), (1000, 256)] };
+    let mut rows = Vec::new();
+    for &(sessions, in_flight) in loads {
+        for target in [Target::Bare, Target::Tether] {
+            eprintln!("bench (independent): {} sessions={sessions} in_flight={in_flight}", target.name());
+            rows.push(measure(cfg, target, sessions, in_flight, false).await?);
+        }
+    }
+    eprintln!("bench (independent): tether, seq moves on every call");
+    rows.push(measure(cfg, Target::Tether, 100, 64, true).await?);
+    Ok(rows)
+}
+
+/// The independent table, with ratios against the relay at the same load.
+pub(super) fn table(rows: &[IndependentRow]) -> String {
+    let mut out = String::from(
+        "| target | sessions | in flight | seq moves | calls/s | × relay | p50 µs | p99 µs | CPU µs/call | × relay | switches/call | × relay | r/w syscalls/call | errors | fleet / driver CPU µs/call |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let base = rows.iter().find(|b| {
+            b.target == Target::Bare && b.sessions == r.sessions && b.in_flight == r.in_flight && !b.move_seq
+        });
+        let ratio =
+            |x: f64, y: Option<f64>| y.filter(|y| *y > 0.0).map_or("—".into(), |y| format!("{:.2}", x / y));
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {:.2} | {} | {:.2} | {} | {:.1} / {:.1} |\n",
+            r.target.name(),
+            r.sessions,
+            r.in_flight,
+            if r.move_seq { "every call" } else { "never" },
+            r.calls_per_s,
+            ratio(r.calls_per_s, base.map(|b| b.calls_per_s)),
+            r.p50_us,
+            r.p99_us,
+            r.cpu_us_per_call,
+            ratio(r.cpu_us_per_call, base.map(|b| b.cpu_us_per_call)),
+            r.switches_per_call,
+            ratio(r.switches_per_call, base.map(|b| b.switches_per_call)),
+            r.syscalls_per_call,
+            r.errors,
+            r.fleet_cpu_us_per_call,
+            r.driver_cpu_us_per_call,
+        ));
+    }
+    out
+}
