@@ -7,6 +7,8 @@
 //!   retry and its no-client-tools fallback) and the dispatcher that gates
 //!   every call (name, scope, source, binding, arguments, result shape) within
 //!   the per-tool budget.
+//! - [`discovery`] — `find_tools`: its declaration, its BM25F search
+//!   (`tether-search`) and its result.
 //! - [`source`] — the `ToolSource` trait: where tools run and how each source
 //!   authorizes (session-bound client, or server-side verifying the credential).
 //! - [`registry`] — the server-side sources a backend offers, checked once.
@@ -23,6 +25,7 @@
 
 pub mod context;
 pub mod counters;
+pub mod discovery;
 pub mod enforce;
 pub mod error;
 pub mod link;
