@@ -7,6 +7,8 @@
 //! `tether gateway` serves the MCP endpoint apart from a private edge (the
 //! edge itself serves it at `/mcp` too).
 
+mod eval;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -194,6 +196,8 @@ enum Command {
         #[arg(long)]
         default_buffers: bool,
     },
+    /// Measure tool selection: recall and MRR of find_tools' search on a catalogue and turns.
+    Eval(eval::EvalArgs),
     /// List connected sessions.
     Sessions {
         /// Edge address.
@@ -667,6 +671,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             std::future::pending::<()>().await;
             Ok(())
         }
+        Command::Eval(args) => eval::run(&args).map_err(|e| e.to_string()),
         Command::Sessions { edge, data_dir } => {
             let signing = keys(data_dir)?;
             let token =
