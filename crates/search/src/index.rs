@@ -63,7 +63,7 @@ impl Default for Weights {
             field: [3.0, 1.5, 1.0, 0.4, 0.3],
             b: [0.5, 0.5, 0.75, 0.75, 0.75],
             k1: 1.2,
-            expansion: 0.35,
+            expansion: 0.8,
             deprecated: 0.5,
         }
     }
@@ -149,25 +149,35 @@ impl Index {
     /// Only tools that match at least one query term (or a thesaurus term)
     /// are returned. A query with no terms at all lists tools by name.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
-        let query = query_terms(query, self.weights.expansion);
-        if query.is_empty() {
+        let concepts = concepts(query);
+        if concepts.is_empty() {
             let mut all: Vec<usize> = (0..self.len()).collect();
             all.sort_by(|a, b| self.names[*a].cmp(&self.names[*b]).then(a.cmp(b)));
             return all.into_iter().take(limit).map(|index| Hit { index, score: 0.0 }).collect();
         }
-        let n = self.len() as f64;
+        // Each query word is one concept: a tool scores the word itself or,
+        // if better, its best thesaurus term at the expansion weight, never
+        // both, so a word with many synonyms cannot outvote the other words.
         let mut scores = vec![0.0f64; self.len()];
         let mut touched = vec![false; self.len()];
-        for (term, weight) in &query {
-            let Some(list) = self.postings.get(term) else { continue };
-            let df = list.len() as f64;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for posting in list {
-                let doc = posting.doc as usize;
-                let tf = self.pseudo_frequency(doc, &posting.tf);
-                scores[doc] += weight * idf * tf / (self.weights.k1 + tf);
+        let mut concept_score = vec![0.0f64; self.len()];
+        let mut reached: Vec<usize> = Vec::new();
+        for concept in &concepts {
+            self.each_score(&concept.term, |doc, s| {
+                concept_score[doc] = s;
+                reached.push(doc);
+            });
+            for related in concept.related {
+                self.each_score(related, |doc, s| {
+                    concept_score[doc] = concept_score[doc].max(self.weights.expansion * s);
+                    reached.push(doc);
+                });
+            }
+            for &doc in &reached {
+                scores[doc] += std::mem::take(&mut concept_score[doc]);
                 touched[doc] = true;
             }
+            reached.clear();
         }
         let mut hits: Vec<Hit> = (0..self.len())
             .filter(|d| touched[*d])
@@ -183,6 +193,19 @@ impl Index {
         hits
     }
 
+    /// Calls `f` with every tool that holds `term` and the term's BM25F score there.
+    fn each_score(&self, term: &str, mut f: impl FnMut(usize, f64)) {
+        let Some(list) = self.postings.get(term) else { return };
+        let n = self.len() as f64;
+        let df = list.len() as f64;
+        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        for posting in list {
+            let doc = posting.doc as usize;
+            let tf = self.pseudo_frequency(doc, &posting.tf);
+            f(doc, idf * tf / (self.weights.k1 + tf));
+        }
+    }
+
     /// BM25F's weighted, length-normalised term frequency summed over fields.
     fn pseudo_frequency(&self, doc: usize, tf: &[u16; FIELDS]) -> f64 {
         let w = &self.weights;
@@ -196,19 +219,23 @@ impl Index {
     }
 }
 
-/// A query's terms with their weights: the query's own terms at 1, thesaurus
-/// terms at `expansion` (a term reached both ways keeps the larger weight).
-pub fn query_terms(query: &str, expansion: f64) -> BTreeMap<String, f64> {
-    let own = terms(query);
-    let mut out: BTreeMap<String, f64> = BTreeMap::new();
-    for term in &own {
-        for related in thesaurus::related(term) {
-            let w = out.entry(related.clone()).or_insert(0.0);
-            *w = w.max(expansion);
+/// One word of a query and the thesaurus terms it reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concept {
+    /// The word's stem.
+    pub term: String,
+    /// Stems the thesaurus relates to it (may be empty).
+    pub related: &'static [String],
+}
+
+/// A query's distinct terms, in order, each with what it reaches.
+pub fn concepts(query: &str) -> Vec<Concept> {
+    let mut out: Vec<Concept> = Vec::new();
+    for term in terms(query) {
+        if !out.iter().any(|c| c.term == term) {
+            let related = thesaurus::related(&term);
+            out.push(Concept { term, related });
         }
-    }
-    for term in own {
-        out.insert(term, 1.0);
     }
     out
 }
@@ -271,4 +298,109 @@ fn is_deprecated(tool: &ToolDeclaration) -> bool {
         |text: &Option<String>| text.as_deref().is_some_and(|t| words(t).iter().any(|w| w == "deprecated"));
     let annotated = tool.annotations.as_ref().and_then(|a| a.get("deprecated")).and_then(Value::as_bool);
     says(&tool.title) || says(&tool.description) || annotated == Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, description: &str) -> ToolDeclaration {
+        ToolDeclaration {
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    fn ranked(index: &Index, tools: &[ToolDeclaration], query: &str) -> Vec<String> {
+        index.search(query, 10).iter().map(|h| tools[h.index].name.clone()).collect()
+    }
+
+    #[test]
+    fn equal_scores_rank_by_name_whatever_the_declaration_order() {
+        let a =
+            [tool("client__b_lamp", "Lamp."), tool("client__a_lamp", "Lamp."), tool("client__c", "Oven.")];
+        let b = [a[2].clone(), a[0].clone(), a[1].clone()];
+        let want = ["client__a_lamp", "client__b_lamp"];
+        assert_eq!(ranked(&Index::build(&a), &a, "lamp"), want);
+        assert_eq!(ranked(&Index::build(&b), &b, "lamp"), want);
+        let again = Index::build(&a);
+        assert_eq!(again.search("lamp", 10), Index::build(&a).search("lamp", 10), "same scores every build");
+    }
+
+    #[test]
+    fn a_word_in_the_name_outranks_the_same_word_in_a_parameter() {
+        let mut in_param = tool("client__set_mode", "Changes how it runs.");
+        in_param.input_schema = json!({"type": "object", "properties": {"fan_speed": {"type": "string", "description": "Fan speed of the fan."}}});
+        let tools = [in_param, tool("client__set_fan_speed", "Changes how it runs.")];
+        assert_eq!(
+            ranked(&Index::build(&tools), &tools, "fan speed"),
+            ["client__set_fan_speed", "client__set_mode"]
+        );
+        // With the field weights swapped the parameter wins: the weights are what decide.
+        let weights = Weights { field: [0.1, 1.5, 1.0, 3.0, 0.3], ..Weights::default() };
+        let swapped = Index::with_weights(&tools, weights);
+        assert_eq!(ranked(&swapped, &tools, "fan speed")[0], "client__set_mode");
+    }
+
+    #[test]
+    fn enum_values_parameter_names_and_titles_are_searched() {
+        let mut mode = tool("client__set_mode", "Switches the mode.");
+        mode.input_schema = json!({"type": "object", "properties": {
+            "program": {"type": "string", "enum": ["eco", "intensive"]},
+            "rinse_aid": {"type": "boolean"}
+        }});
+        let mut titled = tool("client__x1", "Does it.");
+        titled.title = Some("Garage door".into());
+        let tools = [mode, titled];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "intensive"), ["client__set_mode"]);
+        assert_eq!(ranked(&index, &tools, "rinse"), ["client__set_mode"]);
+        assert_eq!(ranked(&index, &tools, "garage"), ["client__x1"]);
+        assert!(ranked(&index, &tools, "client").is_empty(), "the namespace is not a word of the tool");
+    }
+
+    #[test]
+    fn stems_meet_and_the_thesaurus_bridges_a_paraphrase() {
+        let tools = [
+            tool("client__set_temperature", "Sets the target temperature."),
+            tool("client__lights_on", "Lights on."),
+        ];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "lighting"), ["client__lights_on"]);
+        assert_eq!(ranked(&index, &tools, "it's freezing"), ["client__set_temperature"]);
+        let plain = Index::with_weights(&tools, Weights { expansion: 0.0, ..Weights::default() });
+        assert_eq!(plain.search("freezing", 10)[0].score, 0.0, "without expansion nothing matches");
+    }
+
+    #[test]
+    fn a_synonym_counts_once_per_query_word() {
+        // "warm" reaches "heat", "temperature", "setpoint" and "hot": a tool
+        // holding all four must not outscore the one holding "warm" itself.
+        let tools =
+            [tool("client__a", "Keeps it warm."), tool("client__b", "Heat temperature setpoint hot.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "warm"), ["client__a", "client__b"]);
+    }
+
+    #[test]
+    fn deprecated_tools_rank_below_their_replacement() {
+        let tools = [
+            tool("client__print_label", "Deprecated: prints a label."),
+            tool("client__print_label_v2", "Prints a label on a sheet of labels, one by one."),
+        ];
+        assert_eq!(ranked(&Index::build(&tools), &tools, "print label")[0], "client__print_label_v2");
+    }
+
+    #[test]
+    fn an_empty_query_lists_tools_by_name() {
+        let tools = [tool("client__b", "B."), tool("client__a", "A.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "  the  "), ["client__a", "client__b"]);
+        assert!(Index::build(&[]).search("anything", 8).is_empty());
+    }
 }
