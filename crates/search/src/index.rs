@@ -8,9 +8,13 @@
 //! the same word buried in a parameter's description, and repeating a word
 //! across fields does not run away.
 //!
-//! Query terms are expanded through the thesaurus ([`crate::thesaurus`]) at a
-//! lower weight. A declaration that calls itself deprecated is demoted.
-//! Ranking is deterministic: equal scores go by name, then by position.
+//! Each query word is one concept: a tool scores the word itself or, if
+//! better, the word's thesaurus terms ([`crate::thesaurus`]) taken together
+//! as one term at a lower weight. A tool's score is the sum over the query's
+//! words. A declaration that calls itself deprecated is demoted. The top of
+//! the ranking is then picked greedily for coverage, so a request for
+//! several things finds a tool for each. Ranking is deterministic: equal
+//! scores go by name, then by position.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -19,7 +23,7 @@ use tether_contract::mcp::ToolDeclaration;
 use tether_contract::names::PREFIX;
 
 use crate::thesaurus;
-use crate::tokenize::{terms, words};
+use crate::tokenize::{terms, terms_of, words};
 
 /// How many fields a declaration is read into.
 pub const FIELDS: usize = 5;
@@ -39,6 +43,9 @@ pub enum Field {
     Values = 4,
 }
 
+/// How many candidates per returned tool the diversification considers.
+const DIVERSIFY_POOL: usize = 4;
+
 /// Deepest schema nesting read for parameters; deeper schemas add nothing.
 const MAX_SCHEMA_DEPTH: usize = 8;
 
@@ -55,16 +62,20 @@ pub struct Weights {
     pub expansion: f64,
     /// Score multiplier for a tool whose title or description says it is deprecated.
     pub deprecated: f64,
+    /// How much a query word already covered by a picked tool counts for the
+    /// next pick (0 keeps plain score order; see [`Index::search`]).
+    pub novelty: f64,
 }
 
 impl Default for Weights {
     fn default() -> Self {
         Weights {
-            field: [3.0, 1.5, 1.0, 0.4, 0.3],
-            b: [0.5, 0.5, 0.75, 0.75, 0.75],
+            field: [2.0, 1.0, 1.0, 0.2, 0.5],
+            b: [0.8, 0.5, 0.75, 0.75, 0.75],
             k1: 1.2,
-            expansion: 0.8,
+            expansion: 0.9,
             deprecated: 0.5,
+            novelty: 0.3,
         }
     }
 }
@@ -155,50 +166,106 @@ impl Index {
             all.sort_by(|a, b| self.names[*a].cmp(&self.names[*b]).then(a.cmp(b)));
             return all.into_iter().take(limit).map(|index| Hit { index, score: 0.0 }).collect();
         }
-        // Each query word is one concept: a tool scores the word itself or,
-        // if better, its best thesaurus term at the expansion weight, never
-        // both, so a word with many synonyms cannot outvote the other words.
-        let mut scores = vec![0.0f64; self.len()];
-        let mut touched = vec![false; self.len()];
-        let mut concept_score = vec![0.0f64; self.len()];
-        let mut reached: Vec<usize> = Vec::new();
-        for concept in &concepts {
-            self.each_score(&concept.term, |doc, s| {
-                concept_score[doc] = s;
-                reached.push(doc);
-            });
-            for related in concept.related {
-                self.each_score(related, |doc, s| {
-                    concept_score[doc] = concept_score[doc].max(self.weights.expansion * s);
-                    reached.push(doc);
-                });
+        // Each tool's score for each query word.
+        let mut per_concept: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for (c, concept) in concepts.iter().enumerate() {
+            for (doc, score) in self.concept_scores(concept) {
+                per_concept.entry(doc).or_insert_with(|| vec![0.0; concepts.len()])[c] =
+                    score * self.demote[doc];
             }
-            for &doc in &reached {
-                scores[doc] += std::mem::take(&mut concept_score[doc]);
-                touched[doc] = true;
-            }
-            reached.clear();
         }
-        let mut hits: Vec<Hit> = (0..self.len())
-            .filter(|d| touched[*d])
-            .map(|index| Hit { index, score: scores[index] * self.demote[index] })
+        let mut ranked: Vec<(Hit, Vec<f64>)> = per_concept
+            .into_iter()
+            .map(|(index, scores)| (Hit { index, score: scores.iter().sum() }, scores))
             .collect();
-        hits.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| self.names[a.index].cmp(&self.names[b.index]))
-                .then(a.index.cmp(&b.index))
+        ranked.sort_by(|a, b| self.order(&a.0, &b.0));
+        self.diversify(ranked, limit)
+    }
+
+    /// Best first; equal scores by name, then by position.
+    fn order(&self, a: &Hit, b: &Hit) -> std::cmp::Ordering {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| self.names[a.index].cmp(&self.names[b.index]))
+            .then(a.index.cmp(&b.index))
+    }
+
+    /// Picks `limit` tools from the best-scored candidates, each time the one
+    /// that adds most for query words the picked tools do not cover yet
+    /// (greedy coverage, as in search-result diversification): a request for
+    /// several things ("lock the door, lights off, arm the alarm") gets a
+    /// tool for each instead of five for the strongest one. The first pick
+    /// is always the best-scored tool; a one-word query keeps score order.
+    fn diversify(&self, ranked: Vec<(Hit, Vec<f64>)>, limit: usize) -> Vec<Hit> {
+        let novelty = self.weights.novelty;
+        let pool = limit.saturating_mul(DIVERSIFY_POOL);
+        let (mut candidates, rest): (Vec<_>, Vec<_>) =
+            ranked.into_iter().enumerate().partition(|(i, _)| *i < pool);
+        let Some(words) = candidates.first().map(|(_, (_, scores))| scores.len()) else { return Vec::new() };
+        let best: Vec<f64> =
+            (0..words).map(|c| candidates.iter().map(|(_, (_, s))| s[c]).fold(0.0, f64::max)).collect();
+        let mut covered = vec![0.0f64; words];
+        let mut picked = Vec::with_capacity(limit.min(candidates.len()));
+        while picked.len() < limit && !candidates.is_empty() {
+            let gain = |scores: &[f64]| -> f64 {
+                scores.iter().zip(&covered).map(|(s, cov)| s * (1.0 - novelty * cov)).sum()
+            };
+            let mut choice = 0;
+            for i in 1..candidates.len() {
+                if gain(&candidates[i].1 .1) > gain(&candidates[choice].1 .1) {
+                    choice = i;
+                }
+            }
+            let (_, (hit, scores)) = candidates.remove(choice);
+            for c in 0..words {
+                if best[c] > 0.0 {
+                    covered[c] = covered[c].max(scores[c] / best[c]);
+                }
+            }
+            picked.push(hit);
+        }
+        picked.extend(rest.into_iter().map(|(_, (hit, _))| hit).take(limit.saturating_sub(picked.len())));
+        picked
+    }
+
+    /// Every tool's score for one query word: the word itself or, if
+    /// better, its thesaurus terms taken together at the expansion weight.
+    ///
+    /// The thesaurus terms count as one term (their frequencies summed,
+    /// their document frequency that of any of them), so a word with many
+    /// synonyms cannot outvote the query's other words, and a rare synonym
+    /// does not outweigh the word's common meaning.
+    fn concept_scores(&self, concept: &Concept) -> BTreeMap<usize, f64> {
+        let mut out: BTreeMap<usize, f64> = BTreeMap::new();
+        self.each_score(&concept.term, |doc, s| {
+            out.insert(doc, s);
         });
-        hits.truncate(limit);
-        hits
+        let mut related: BTreeMap<usize, f64> = BTreeMap::new();
+        for term in concept.related {
+            for posting in self.postings.get(term).map(Vec::as_slice).unwrap_or(&[]) {
+                let doc = posting.doc as usize;
+                *related.entry(doc).or_default() += self.pseudo_frequency(doc, &posting.tf);
+            }
+        }
+        let idf = self.idf(related.len());
+        for (doc, tf) in related {
+            let s = self.weights.expansion * idf * tf / (self.weights.k1 + tf);
+            let entry = out.entry(doc).or_default();
+            *entry = entry.max(s);
+        }
+        out
+    }
+
+    /// BM25's inverse document frequency for a term held by `df` tools.
+    fn idf(&self, df: usize) -> f64 {
+        let (n, df) = (self.len() as f64, df as f64);
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
     }
 
     /// Calls `f` with every tool that holds `term` and the term's BM25F score there.
     fn each_score(&self, term: &str, mut f: impl FnMut(usize, f64)) {
         let Some(list) = self.postings.get(term) else { return };
-        let n = self.len() as f64;
-        let df = list.len() as f64;
-        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        let idf = self.idf(list.len());
         for posting in list {
             let doc = posting.doc as usize;
             let tf = self.pseudo_frequency(doc, &posting.tf);
@@ -231,7 +298,7 @@ pub struct Concept {
 /// A query's distinct terms, in order, each with what it reaches.
 pub fn concepts(query: &str) -> Vec<Concept> {
     let mut out: Vec<Concept> = Vec::new();
-    for term in terms(query) {
+    for term in terms_of(thesaurus::phrases(words(query))) {
         if !out.iter().any(|c| c.term == term) {
             let related = thesaurus::related(&term);
             out.push(Concept { term, related });
@@ -379,12 +446,50 @@ mod tests {
 
     #[test]
     fn a_synonym_counts_once_per_query_word() {
-        // "warm" reaches "heat", "temperature", "setpoint" and "hot": a tool
-        // holding all four must not outscore the one holding "warm" itself.
-        let tools =
-            [tool("client__a", "Keeps it warm."), tool("client__b", "Heat temperature setpoint hot.")];
+        // "warm" reaches "heat", "heater", "heating", "temperature",
+        // "setpoint" and "hot": a tool stuffed with all of them must not
+        // outscore the one that holds both words of the query.
+        let tools = [
+            tool("client__a", "Keeps the room warm."),
+            tool("client__b", "Heat heater heating temperature setpoint hot."),
+        ];
         let index = Index::build(&tools);
-        assert_eq!(ranked(&index, &tools, "warm"), ["client__a", "client__b"]);
+        assert_eq!(ranked(&index, &tools, "warm room"), ["client__a", "client__b"]);
+    }
+
+    #[test]
+    fn a_phrasal_verb_reads_as_its_meaning() {
+        let tools =
+            [tool("client__cancel_order", "Cancels an order."), tool("client__call", "Phones someone.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "call off my order")[0], "client__cancel_order");
+        assert_eq!(ranked(&index, &tools, "call my mum")[0], "client__call");
+    }
+
+    #[test]
+    fn on_and_off_tell_twins_apart() {
+        let tools =
+            [tool("client__turn_off_lights", "Lights off."), tool("client__turn_on_lights", "Lights on.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "turn on the lights")[0], "client__turn_on_lights");
+        assert_eq!(ranked(&index, &tools, "lights off")[0], "client__turn_off_lights");
+    }
+
+    #[test]
+    fn a_request_for_several_things_finds_a_tool_for_each() {
+        let tools = [
+            tool("client__arm_alarm", "Arms the alarm."),
+            tool("client__disarm_alarm", "Disarms the alarm."),
+            tool("client__alarm_log", "The alarm log: every alarm."),
+            tool("client__arm_alarm_at_night", "Arms the alarm at night."),
+            tool("client__lock", "Locks a door."),
+            tool("client__oven", "Heats the oven."),
+        ];
+        let query = "arm the alarm and lock up";
+        let top = |index: &Index| ranked(index, &tools, query)[..2].to_vec();
+        assert_eq!(top(&Index::build(&tools)), ["client__arm_alarm", "client__lock"]);
+        let plain = Index::with_weights(&tools, Weights { novelty: 0.0, ..Weights::default() });
+        assert!(!top(&plain).contains(&"client__lock".to_owned()), "without it, alarms crowd the top");
     }
 
     #[test]

@@ -208,9 +208,12 @@ fn flush(word: &mut String, out: &mut Vec<String>) {
     }
 }
 
+/// Stop words kept all the same: in a tool's name they say what it does (`turnOffLights`).
+const KEPT: &[&str] = &["on", "off"];
+
 /// Whether a lowercase word is a stop word.
 pub fn is_stop_word(word: &str) -> bool {
-    STOP_WORDS.contains(&word)
+    STOP_WORDS.contains(&word) && !KEPT.contains(&word)
 }
 
 /// Whether a lowercase word is a version tag such as `v2` or `v10`.
@@ -231,7 +234,12 @@ pub fn stem(word: &str) -> String {
 /// The search terms of a text: words, less stop words, single characters,
 /// bare numbers and version tags, stemmed.
 pub fn terms(text: &str) -> Vec<String> {
-    words(text).into_iter().filter(|w| keeps(w)).map(|w| stem(&w)).collect()
+    terms_of(words(text))
+}
+
+/// The search terms among words already split (see [`terms`]).
+pub fn terms_of(words: Vec<String>) -> Vec<String> {
+    words.into_iter().filter(|w| keeps(w)).map(|w| stem(&w)).collect()
 }
 
 /// Whether a lowercase word carries meaning for search.
@@ -269,7 +277,7 @@ mod tests {
 
     #[test]
     fn terms_drop_noise_and_stem() {
-        assert_eq!(terms("Turn off the lights in the kitchen"), ["turn", "light", "kitchen"]);
+        assert_eq!(terms("Turn off the lights in the kitchen"), ["turn", "off", "light", "kitchen"]);
         assert_eq!(terms("print-label.v2"), ["print", "label"]);
         assert_eq!(terms("pay Sam 25 euros"), ["pay", "sam", "euro"]);
         assert_eq!(terms("unit: C or F"), ["unit"]);
