@@ -415,32 +415,21 @@ fn prompt_sizes(tools: &[ToolDeclaration], index: &Index, turns: &[Turn]) -> Str
     results.sort_unstable();
     listed.sort_unstable();
     let (result, found) = (percentile(&results, 0.5), percentile(&listed, 0.5));
-    let mut out = format!("prompt size (≈ tokens at {BYTES_PER_TOKEN} bytes a token):\n");
-    let _ = writeln!(out, "  direct, the whole catalogue ({} tools)        {}", tools.len(), sized(direct));
-    let _ = writeln!(
-        out,
-        "  direct, one device at the default caps ({} tools of {mean} B, ≤ {} B) {}",
-        caps.max_tools,
-        caps.manifest_bytes,
-        sized(device)
-    );
-    let _ = writeln!(out, "  discovery, the find_tools declaration       {}", sized(declaration));
-    let _ = writeln!(
-        out,
-        "  discovery, one find_tools result (median; p90 {} B)  {}",
-        percentile(&results, 0.9),
-        sized(result)
-    );
-    let _ = writeln!(
-        out,
-        "  discovery, its {FIND_TOOLS_LIMIT} found tools then listed (median)  {}",
-        sized(found)
-    );
-    let _ = writeln!(
-        out,
-        "  discovery, one turn with one find_tools      {}",
-        sized(declaration + result + found)
-    );
+    let rows = [
+        (format!("direct binding: the whole catalogue, {} tools", tools.len()), direct),
+        (format!("direct binding: one device at the default caps ({} × {mean} B)", caps.max_tools), device),
+        ("discovery: the find_tools declaration".to_owned(), declaration),
+        (format!("discovery: one find_tools result (median; p90 {} B)", percentile(&results, 0.9)), result),
+        (format!("discovery: its {FIND_TOOLS_LIMIT} found tools, then listed (median)"), found),
+        (
+            "discovery: one turn with one find_tools (the three above)".to_owned(),
+            declaration + result + found,
+        ),
+    ];
+    let mut out = format!("prompt size (bytes of JSON; ≈ tokens at {BYTES_PER_TOKEN} bytes a token):\n");
+    for (label, bytes) in rows {
+        let _ = writeln!(out, "  {label:<62}{}", sized(bytes));
+    }
     out
 }
 
