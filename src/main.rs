@@ -56,6 +56,8 @@ enum Command {
     /// The independent bench's load driver (spawned by `tether bench`).
     #[command(hide = true)]
     BenchDriver(cmd::bench::DriverArgs),
+    /// Measure tool selection: recall and MRR of find_tools' search on a catalogue and turns.
+    Eval(cmd::eval::EvalArgs),
     /// List connected sessions.
     Sessions(cmd::read::SessionsArgs),
     /// Serve the MCP endpoint (`/mcp`) for agent backends, apart from the edges
@@ -78,6 +80,7 @@ async fn run(command: Command) -> Result<(), String> {
         Command::BenchFleet(args) => cmd::bench::fleet(args).await,
         Command::BenchDriver(args) => cmd::bench::driver(args).await,
         Command::Sessions(args) => cmd::read::sessions(args).await,
+        Command::Eval(args) => cmd::eval::run(&args).map_err(|e| e.to_string()),
         Command::Gateway(args) => cmd::gateway::run(args).await,
     }
 }

@@ -3,7 +3,8 @@
 //! - edge and core never depend on each other, directly or through anything
 //!   (cargo's resolved graph); contract depends on neither, reaches no I/O
 //!   crate and names no I/O in its source; the bridge reaches neither;
-//! - nothing in core or contract names a client or its domain.
+//! - nothing in core or contract names a client or its domain;
+//! - the search behind find_tools is pure: no I/O, nothing fetched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
 
@@ -160,6 +161,27 @@ fn the_mcp_gateway_is_a_backend_that_reaches_the_edge_only_over_the_link() {
     assert!(gateway.contains("tether-core") && gateway.contains("rmcp"), "graph sanity: {gateway:?}");
     assert!(!gateway.contains("tether-edge"), "the gateway must reach the edge only over the backend link");
     assert!(!Graph::get().reach("tether-edge").contains("rmcp"), "MCP server code stays out of the edge");
+}
+
+#[test]
+fn the_search_crate_is_pure_and_offline() {
+    let search = Graph::get().reach("tether-search");
+    assert!(
+        search.contains("tether-contract") && search.contains("rust-stemmers"),
+        "graph sanity: {search:?}"
+    );
+    let io = ["tether-edge", "tether-core", "tokio", "mio", "socket2", "hyper", "reqwest", "futures-util"];
+    for forbidden in io {
+        assert!(!search.contains(forbidden), "tether-search reaches {forbidden}");
+    }
+    let mut files = Vec::new();
+    sources(&root().join("crates/search/src"), &mut files);
+    assert!(!files.is_empty());
+    for (path, text) in &files {
+        for word in ["std::fs", "std::net", "std::io", "std::process", "std::env", "include_bytes", "tokio"] {
+            assert!(!text.contains(word), "{path} uses {word}: the search reads and fetches nothing");
+        }
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 pub(crate) mod bench;
 pub(crate) mod bridge;
 pub(crate) mod config;
+pub(crate) mod eval;
 pub(crate) mod gateway;
 pub(crate) mod read;
 pub(crate) mod serve;

@@ -8,6 +8,8 @@
 //!   retry and its no-client-tools fallback) and the dispatcher that gates
 //!   every call (name, scope, source, binding, arguments, result shape) within
 //!   the per-tool budget.
+//! - `discovery` — `find_tools`: its declaration, its BM25F search
+//!   (`tether-search`) and its result.
 //! - `source` — the `ToolSource` trait: where tools run and how each source
 //!   authorizes (session-bound client, or server-side verifying the credential).
 //! - `registry` — the server-side sources a backend offers, checked once.
@@ -24,6 +26,7 @@
 
 mod context;
 mod counters;
+pub mod discovery;
 mod enforce;
 mod error;
 mod link;

@@ -27,6 +27,7 @@ use tether_contract::names::PREFIX;
 use tether_contract::{Budgets, ErrorKind, Leg, SchemaLimits, WireError};
 
 use crate::counters::CoreCounters;
+use crate::discovery::{self, Search};
 use crate::enforce::ToolSchemas;
 use crate::link::BackendLink;
 use crate::names;
@@ -34,9 +35,6 @@ use crate::registry::{Registry, FIND_TOOLS};
 use crate::scope::{Binding, CallerProfile};
 use crate::source::{AuthPosture, CallContext, LatencyClass, ToolSource, CLIENT_SOURCE};
 use tether_rpc::lock;
-
-/// Most tools one `find_tools` call returns.
-const FIND_TOOLS_LIMIT: usize = 8;
 
 /// The client source: the turn's session, over the backend link.
 #[derive(Debug)]
@@ -147,24 +145,7 @@ pub struct Turn<'a> {
     gates: HashMap<String, Gate>,
     listed: Vec<ToolDeclaration>,
     discovered: HashSet<String>,
-}
-
-fn find_tools_declaration() -> ToolDeclaration {
-    ToolDeclaration {
-        name: FIND_TOOLS.to_owned(),
-        title: Some("Find tools".to_owned()),
-        description: Some(
-            "Finds tools you may use for a task: give a few words; the matching tools become callable."
-                .to_owned(),
-        ),
-        input_schema: json!({
-            "type": "object",
-            "properties": {"query": {"type": "string", "maxLength": 200}},
-            "additionalProperties": false
-        }),
-        output_schema: None,
-        annotations: Some(json!({"readOnlyHint": true})),
-    }
+    search: Search,
 }
 
 impl<'a> Turn<'a> {
@@ -205,6 +186,7 @@ impl<'a> Turn<'a> {
             gates: HashMap::new(),
             listed: Vec::new(),
             discovered: HashSet::new(),
+            search: Search::default(),
         };
         let mut last = None;
         for attempt in 0..2 {
@@ -300,7 +282,7 @@ impl<'a> Turn<'a> {
             Binding::Direct => {
                 order.iter().filter_map(|n| gates.get(n)).map(|g| g.declaration.clone()).collect()
             }
-            Binding::Discovery => std::iter::once(find_tools_declaration())
+            Binding::Discovery => std::iter::once(discovery::declaration())
                 .chain(
                     order
                         .iter()
@@ -310,6 +292,10 @@ impl<'a> Turn<'a> {
                 )
                 .collect(),
         };
+        if self.profile.binding == Binding::Discovery {
+            self.search
+                .update(order.iter().filter_map(|n| gates.get(n)).map(|g| g.declaration.clone()).collect());
+        }
         self.gates = gates;
     }
 
@@ -492,41 +478,12 @@ impl<'a> Turn<'a> {
         Ok(result)
     }
 
-    /// The discovery meta-tool: matches the query against names and
-    /// descriptions of the tools this caller may reach, and binds what it returns.
+    /// The discovery meta-tool: ranks the tools this caller may reach for the
+    /// query (see [`crate::discovery`]) and binds what it returns.
     fn find_tools(&mut self, arguments: &Value) -> CallToolResult {
-        let query = arguments.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
-        let words: Vec<&str> =
-            query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
-        let mut scored: Vec<(usize, &Gate)> = self
-            .gates
-            .values()
-            .map(|g| {
-                let text = format!(
-                    "{} {}",
-                    g.declaration.name.replace('_', " "),
-                    g.declaration.description.as_deref().unwrap_or("")
-                )
-                .to_lowercase();
-                (words.iter().filter(|w| text.contains(**w)).count(), g)
-            })
-            .filter(|(score, _)| words.is_empty() || *score > 0)
-            .collect();
-        scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.declaration.name.cmp(&b.1.declaration.name)));
-        let found: Vec<ToolDeclaration> =
-            scored.into_iter().take(FIND_TOOLS_LIMIT).map(|(_, g)| g.declaration.clone()).collect();
-        let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
-        let text = if names.is_empty() {
-            "No tool matches; try other words.".to_owned()
-        } else {
-            format!("These tools are now available: {}.", names.join(", "))
-        };
-        self.discovered.extend(names.iter().map(|n| (*n).to_owned()));
+        let found = self.search.find(discovery::query(arguments));
+        self.discovered.extend(found.iter().map(|t| t.name.clone()));
         self.rebuild();
-        CallToolResult {
-            content: vec![json!({"type": "text", "text": text})],
-            structured_content: Some(json!({ "tools": found })),
-            ..CallToolResult::default()
-        }
+        discovery::result(&found)
     }
 }
