@@ -11,9 +11,9 @@
 //! counted.
 
 use serde_json::Value;
-use tether_counters::fallback;
 
 use tether_contract::backend::Manifest;
+use tether_counters::fallback;
 
 use crate::counters::CoreCounters;
 

@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tether_counters::fallback;
 
 use futures::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
@@ -29,6 +28,7 @@ use tether_contract::backend::{
 };
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
+use tether_counters::fallback;
 use tether_rpc::{lock, Completion, Outcome, Pending};
 
 use crate::counters::CoreCounters;

@@ -22,12 +22,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tether_counters::fallback;
 
 use serde::Deserialize;
 use toml::{Table, Value};
 
 use tether_contract::{ErrorKind, WireError};
+use tether_counters::fallback;
 
 use crate::counters::CoreCounters;
 use crate::source::{LatencyClass, CLIENT_SOURCE};

@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use tether_counters::fallback;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
@@ -34,6 +33,7 @@ use crate::names;
 use crate::registry::{Registry, FIND_TOOLS};
 use crate::scope::{Binding, CallerProfile};
 use crate::source::{AuthPosture, CallContext, LatencyClass, ToolSource, CLIENT_SOURCE};
+use tether_counters::fallback;
 use tether_rpc::lock;
 
 /// The client source: the turn's session, over the backend link.

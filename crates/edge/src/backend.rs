@@ -1,14 +1,17 @@
 //! One backend link: an agent backend multiplexing many sessions over one socket.
 //!
-//! Each request runs in its own task so a slow device never blocks another
-//! session's call; answers go out through one bounded writer queue. Session
-//! events (manifest moved, session closed) are forwarded as notifications.
+//! Every request in flight is driven by the link's one task, so a slow device
+//! never blocks another session's call and no call hops between tasks; the
+//! same task writes answers, session events (manifest moved, session opened
+//! or closed) and relayed progress to the socket, batched.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use tether_counters::fallback;
 
-use dashmap::DashMap;
-use futures::{Sink, Stream, StreamExt};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -16,20 +19,20 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use tether_contract::backend::{method, CallParams, ListParams, SessionParams, SessionsList};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp;
+use tether_counters::fallback;
 
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
 use crate::hub::Hub;
 use crate::router::Reader;
 use crate::session::ProgressRelay;
-use crate::ws::{write_loop, Outbound};
+use crate::ws::Outbound;
 
 fn params<T: DeserializeOwned>(value: Value) -> Result<T, WireError> {
     // Absent params read as `{}`, so a method whose params are all optional takes none.
@@ -177,10 +180,20 @@ pub async fn handle(
     }
 }
 
+/// A backend request running inside its link's task: its id, the key its
+/// cancellation is filed under, and its outcome (None: the backend cancelled it).
+type Running =
+    Pin<Box<dyn Future<Output = (Value, String, Option<Result<Box<RawValue>, WireError>>)> + Send>>;
+
 /// Serves one backend connection until it closes or the edge shuts down.
+///
+/// One task per link: it reads requests, drives every request in flight
+/// (no task per request), and writes answers, events and relayed progress to
+/// the socket itself — batched, flushed once per turn of the loop — so a
+/// call costs no hop between tasks on the backend's side.
 pub async fn serve_backend<S, W>(
     hub: Arc<Hub>,
-    sink: W,
+    mut sink: W,
     mut stream: S,
     principal: String,
     shutdown: CancellationToken,
@@ -188,57 +201,48 @@ pub async fn serve_backend<S, W>(
     S: Stream<Item = Result<Message, WsError>> + Unpin,
     W: Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Outbound>(hub.config.outbound_queue * 4);
-    let closed = CancellationToken::new();
-    let writer =
-        tokio::spawn(write_loop(sink, rx, closed.clone(), || (CloseCode::Normal, "backend link closed")));
-    let tracker = TaskTracker::new();
+    // Progress relayed from devices arrives here (bounded; a full queue drops progress, counted).
+    let (tx, mut relayed) = mpsc::channel::<Outbound>(hub.config.outbound_queue * 4);
+    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     // Requests in flight by id (as JSON text), so `notifications/cancelled` can stop one.
-    let cancels: Arc<DashMap<String, CancellationToken>> = Arc::new(DashMap::new());
+    let mut cancels: HashMap<String, CancellationToken> = HashMap::new();
     let mut events = hub.subscribe();
     let mut close = (CloseCode::Normal, "backend link closed");
+    let mut out: Vec<String> = Vec::new();
+    let mut writable = true;
     loop {
         tokio::select! {
             next = stream.next() => match next {
                 Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
-                    Ok(Frame::Request { id, .. }) if tracker.len() >= hub.config.backend_max_in_flight => {
+                    Ok(Frame::Request { id, .. }) if running.len() >= hub.config.backend_max_in_flight => {
                         fallback!(hub.counters().backend_requests_refused, warn, %principal, limit = hub.config.backend_max_in_flight, "backend request refused: too many in flight on this link");
                         let err = WireError::new(ErrorKind::Overloaded, "too many requests in flight on this link");
-                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                        out.push(jsonrpc::error_response(&id, &err));
                     }
                     Ok(Frame::Request { id, .. }) if cancels.contains_key(&id.to_string()) => {
                         // Its cancellation would be ambiguous: ids name one request in flight.
                         hub.metrics.frame_refused("duplicate_id");
                         fallback!(hub.counters().bad_frames, warn, %principal, id = %id, "backend request refused: its id is already in flight on this link");
                         let err = WireError::new(ErrorKind::InvalidRequest, "a request with this id is already in flight on this link");
-                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                        out.push(jsonrpc::error_response(&id, &err));
                     }
                     Ok(Frame::Request { id, method, params }) => {
-                        let hub = Arc::clone(&hub);
-                        let tx = tx.clone();
                         let key = id.to_string();
                         let cancelled = CancellationToken::new();
                         cancels.insert(key.clone(), cancelled.clone());
-                        let cancels = Arc::clone(&cancels);
-                        tracker.spawn(async move {
+                        let (hub, tx) = (Arc::clone(&hub), tx.clone());
+                        running.push(Box::pin(async move {
                             let outcome = tokio::select! {
                                 outcome = handle(&hub, &method, params, &tx) => Some(outcome),
                                 // Dropping `handle` mid-call tells the device to cancel.
-                                _ = cancelled.cancelled() => None,
+                                _ = cancelled.cancelled() => {
+                                    EdgeCounters::bump(&hub.counters().backend_cancels);
+                                    debug!(method = %method, "backend cancelled its request; no response sent");
+                                    None
+                                }
                             };
-                            cancels.remove(&key);
-                            let Some(outcome) = outcome else {
-                                EdgeCounters::bump(&hub.counters().backend_cancels);
-                                debug!(method = %method, id = %key, "backend cancelled its request; no response sent");
-                                return;
-                            };
-                            let frame = match outcome {
-                                Ok(result) => jsonrpc::response(&id, &result),
-                                Err(err) => jsonrpc::error_response(&id, &err),
-                            };
-                            // Awaiting send: an outcome is never dropped, only delayed by a slow reader.
-                            let _ = tx.send(Outbound::Text(frame)).await;
-                        });
+                            (id, key, outcome)
+                        }));
                     }
                     Ok(Frame::Notification { method, params }) if method == mcp::method::CANCELLED => {
                         let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
@@ -252,7 +256,7 @@ pub async fn serve_backend<S, W>(
                         fallback!(hub.counters().bad_frames, debug, %principal, error = %e, "bad frame from backend; answered with a structured error");
                         let (id, err) = e.to_wire();
                         hub.metrics.frame_refused(err.kind.as_str());
-                        let _ = tx.send(Outbound::Text(jsonrpc::error_response(&id, &err))).await;
+                        out.push(jsonrpc::error_response(&id, &err));
                     }
                 },
                 Some(Ok(Message::Binary(_))) => {
@@ -274,12 +278,21 @@ pub async fn serve_backend<S, W>(
                     break;
                 }
             },
-            event = events.recv() => match event {
-                Ok(event) => {
-                    if tx.try_send(Outbound::Text(event.to_frame())).is_err() {
-                        fallback!(hub.counters().outbound_full, warn, %principal, "session event not sent: the backend's outbound queue is full");
-                    }
+            Some((id, key, outcome)) = running.next(), if !running.is_empty() => {
+                cancels.remove(&key);
+                if let Some(outcome) = outcome {
+                    // A call's progress was relayed before its answer: it goes out first.
+                    take_relayed(&mut relayed, &mut out);
+                    out.push(answer(&id, outcome));
                 }
+            }
+            Some(relayed) = relayed.recv() => {
+                if let Outbound::Text(frame) = relayed {
+                    out.push(frame);
+                }
+            }
+            event = events.recv() => match event {
+                Ok(event) => out.push(event.to_frame()),
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     fallback!(hub.counters().backend_events_lagged, warn, %principal, lost = n, "backend fell behind; session events lost");
                 }
@@ -290,21 +303,70 @@ pub async fn serve_backend<S, W>(
                 break;
             }
         }
+        // Everything else already done lands in the same write.
+        while let Some(Some((id, key, outcome))) = running.next().now_or_never() {
+            cancels.remove(&key);
+            if let Some(outcome) = outcome {
+                take_relayed(&mut relayed, &mut out);
+                out.push(answer(&id, outcome));
+            }
+        }
+        if !out.is_empty() && write(&mut sink, &mut out).await.is_err() {
+            debug!(%principal, "backend socket write failed");
+            writable = false;
+            break;
+        }
     }
     if !shutdown.is_cancelled() && !cancels.is_empty() {
         // The backend left: nobody waits for these outcomes, so the devices stop the work.
         warn!(%principal, in_flight = cancels.len(), "backend link closed with requests in flight; cancelling them");
-        for entry in cancels.iter() {
-            entry.value().cancel();
+        for token in cancels.values() {
+            token.cancel();
         }
     }
     // Let calls in flight deliver their outcomes (sessions fail them at once on shutdown).
-    tracker.close();
-    if tokio::time::timeout(hub.config.shutdown_grace, tracker.wait()).await.is_err() {
-        warn!(%principal, "backend calls still running at close; their outcomes are lost with the socket");
+    let grace = tokio::time::sleep(hub.config.shutdown_grace);
+    tokio::pin!(grace);
+    while !running.is_empty() {
+        tokio::select! {
+            Some((id, _, outcome)) = running.next() => {
+                if let Some(outcome) = outcome {
+                    out.push(answer(&id, outcome));
+                }
+            }
+            () = &mut grace => {
+                warn!(%principal, "backend calls still running at close; their outcomes are lost with the socket");
+                break;
+            }
+        }
     }
-    let _ = tx.send(Outbound::Close(close.0, close.1)).await;
-    drop(tx);
-    closed.cancel();
-    let _ = writer.await;
+    if writable && (out.is_empty() || write(&mut sink, &mut out).await.is_ok()) {
+        let _ = crate::ws::send_close(&mut sink, close.0, close.1).await;
+    }
+}
+
+/// Moves relayed progress already queued into `out`.
+fn take_relayed(relayed: &mut mpsc::Receiver<Outbound>, out: &mut Vec<String>) {
+    while let Ok(Outbound::Text(frame)) = relayed.try_recv() {
+        out.push(frame);
+    }
+}
+
+/// A request's response frame.
+fn answer(id: &Value, outcome: Result<Box<RawValue>, WireError>) -> String {
+    match outcome {
+        Ok(result) => jsonrpc::response(id, &result),
+        Err(err) => jsonrpc::error_response(id, &err),
+    }
+}
+
+/// Writes every pending frame, then flushes once.
+async fn write<W>(sink: &mut W, out: &mut Vec<String>) -> Result<(), WsError>
+where
+    W: Sink<Message, Error = WsError> + Unpin,
+{
+    for frame in out.drain(..) {
+        sink.feed(Message::text(frame)).await?;
+    }
+    sink.flush().await
 }

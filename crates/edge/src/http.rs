@@ -7,7 +7,6 @@
 //! then served by [`crate::session`] or [`crate::backend`].
 
 use std::sync::{Arc, Mutex};
-use tether_counters::fallback;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -25,6 +24,7 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use tether_contract::{BACKEND_PATH, CLIENT_PATH};
+use tether_counters::fallback;
 
 use crate::hub::{Hub, IpSlot};
 use crate::upgrade::{self, Route};

@@ -20,10 +20,11 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
 use serde_json::Value;
-use tether_counters::{fallback, Fallback};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use tether_counters::{fallback, Fallback};
 
 use crate::auth::{AuthError, Claims, Link, LEEWAY_SECS};
 use crate::lock;

@@ -10,12 +10,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use tether_counters::fallback;
 
 use tether_contract::backend::{
     CallParams, CallResponse, Manifest, ReaderInfo, SessionInfo, SessionInspect, TurnBegun,
 };
 use tether_contract::error::{ErrorKind, WireError};
+use tether_counters::fallback;
 use tracing::info;
 
 use crate::hub::Hub;

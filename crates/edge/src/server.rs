@@ -8,7 +8,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tether_counters::fallback;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -19,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 use tracing::{debug, info, warn};
+
+use tether_counters::fallback;
 
 use crate::auth::{Keys, SecretError, SecretSource, Verifier};
 use crate::config::{ConfigError, EdgeConfig};

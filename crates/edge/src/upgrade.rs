@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tether_counters::fallback;
 
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 
 use tether_contract::{BACKEND_PATH, CLIENT_PATH, CLIENT_SUBPROTOCOL};
+use tether_counters::fallback;
 
 use crate::auth::{self, AuthError, Link};
 use crate::hub::{Hub, PrincipalSlot};

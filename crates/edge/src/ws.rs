@@ -89,7 +89,8 @@ where
     }
 }
 
-async fn send_close<S>(sink: &mut S, code: CloseCode, reason: &'static str) -> Result<(), WsError>
+/// Sends a close frame and closes the sink (the peer closing first is no error).
+pub(crate) async fn send_close<S>(sink: &mut S, code: CloseCode, reason: &'static str) -> Result<(), WsError>
 where
     S: Sink<Message, Error = WsError> + Unpin,
 {

@@ -9,7 +9,6 @@
 //! sessions for operations and calls no tools).
 
 use std::sync::Arc;
-use tether_counters::fallback;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -20,6 +19,7 @@ use serde_json::json;
 
 use tether_contract::backend::SessionInfo;
 use tether_contract::ErrorKind;
+use tether_counters::fallback;
 
 use crate::Shared;
 

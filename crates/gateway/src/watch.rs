@@ -10,13 +10,13 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use tether_counters::fallback;
 
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use tether_core::Notification;
+use tether_counters::fallback;
 
 use crate::auth::Scope;
 use crate::metrics::GatewayCounters;

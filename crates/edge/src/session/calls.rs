@@ -3,7 +3,6 @@
 //! asked, and the recent calls `sessions/inspect` shows.
 
 use std::time::Duration;
-use tether_counters::fallback;
 
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -15,6 +14,7 @@ use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, CallToolResult};
 use tether_contract::Leg;
+use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
 
 use super::{cancel_on_device, ms, Session};

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tether_counters::fallback;
 
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
@@ -16,6 +15,7 @@ use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, InitializeResult, ListToolsResult};
 use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
+use tether_counters::fallback;
 
 use super::calls::RequestError;
 use super::{Handshake, Session};

@@ -15,7 +15,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tether_counters::fallback;
 
 use futures::Stream;
 use serde_json::{json, Value};
@@ -30,6 +29,7 @@ use tether_contract::backend::{RecentCall, SessionClosed, SessionOpened};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::method;
 use tether_contract::{Caps, Leg};
+use tether_counters::fallback;
 use tether_rpc::Pending;
 
 use crate::counters::EdgeCounters;

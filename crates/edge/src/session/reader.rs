@@ -4,7 +4,6 @@
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tether_counters::fallback;
 
 use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
@@ -17,6 +16,7 @@ use tracing::{debug, info};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::mcp::{self, meta, method};
+use tether_counters::fallback;
 use tether_rpc::Completion;
 
 use super::calls::Answer;
