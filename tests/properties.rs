@@ -88,7 +88,8 @@ proptest! {
         let mut newest: Option<u64> = None;
         for seq in seqs {
             let candidate = AppliedManifest::new(
-                "s", seq, intake(vec![decl("t", 1)], &Caps::default()), None, &Identity::default(), vec![decl("t", 1)],
+                "s", seq, intake(vec![decl("t", 1)], &Caps::default()), None, &Identity::default(),
+                tether_edge::manifest::Fingerprint::of(&[decl("t", 1)], None),
             );
             let swap = state.offer(candidate);
             let accepted = newest.is_none_or(|n| seq > n);

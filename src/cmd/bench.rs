@@ -26,6 +26,9 @@ pub(crate) struct Args {
     /// Only the independent driver's rows (devices, driver and server in three processes).
     #[arg(long)]
     independent: bool,
+    /// Measure another build's `tether serve` (e.g. the previous commit's) with this build's drivers.
+    #[arg(long)]
+    server_exe: Option<PathBuf>,
 }
 
 /// Flags of the hidden `tether bench-fleet` (the independent bench's devices).
@@ -95,6 +98,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         idle_sessions: if args.quick { 2_000 } else { args.idle_sessions },
         quick: args.quick,
         independent_only: args.independent,
+        server: args.server_exe,
     };
     let report = tether_harness::bench::run(cfg).await.map_err(|e| e.to_string())?;
     println!("{}", report.table());

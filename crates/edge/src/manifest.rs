@@ -29,20 +29,40 @@ pub struct AppliedManifest {
     pub view: Arc<Manifest>,
     /// The kept tools' compiled input schemas: every call's arguments pass it.
     pub gate: Arc<ArgumentGate>,
-    /// The catalog as the device declared it, to recognise a re-read that changed nothing.
-    declared: Arc<Vec<ToolDeclaration>>,
+    /// A fingerprint of the catalog as the device declared it (and its
+    /// context), to recognise a re-read that changed nothing without keeping
+    /// a second copy of the catalog per session.
+    declared: Fingerprint,
+}
+
+/// The serialized length and a 64-bit hash of a declared catalog and context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    len: usize,
+    hash: u64,
+}
+
+impl Fingerprint {
+    /// Fingerprints `declared` and `context` as they serialize.
+    pub fn of(declared: &[ToolDeclaration], context: Option<&Value>) -> Fingerprint {
+        use std::hash::{Hash, Hasher};
+        let text = serde_json::to_string(&(declared, context)).unwrap_or_default();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        Fingerprint { len: text.len(), hash: hasher.finish() }
+    }
 }
 
 impl AppliedManifest {
     /// Builds the applied form of an intake for `session`; `declared` is
-    /// the catalog the intake was made from.
+    /// the fingerprint of the catalog the intake was made from.
     pub fn new(
         session: &str,
         seq: u64,
         intake: Intake,
         context: Option<Value>,
         identity: &Identity,
-        declared: Vec<ToolDeclaration>,
+        declared: Fingerprint,
     ) -> Self {
         let view = Manifest {
             session: session.to_owned(),
@@ -59,13 +79,13 @@ impl AppliedManifest {
             table: Arc::new(intake.table),
             view: Arc::new(view),
             gate: Arc::new(intake.gate),
-            declared: Arc::new(declared),
+            declared,
         }
     }
 
-    /// Whether `declared` and `context` are exactly what this manifest was made from.
-    pub fn same_content(&self, declared: &[ToolDeclaration], context: Option<&Value>) -> bool {
-        self.declared.as_slice() == declared && self.view.context.as_ref() == context
+    /// Whether a catalog with this fingerprint is what this manifest was made from.
+    pub fn same_content(&self, declared: Fingerprint) -> bool {
+        self.declared == declared
     }
 
     /// This manifest under a new seq, content untouched: no intake, no schema
@@ -169,8 +189,9 @@ mod tests {
             output_schema: None,
             annotations: None,
         };
-        let intake = crate::caps::intake(vec![decl.clone()], &Caps::default());
-        AppliedManifest::new("s", seq, intake, None, &Identity::default(), vec![decl])
+        let print = Fingerprint::of(std::slice::from_ref(&decl), None);
+        let intake = crate::caps::intake(vec![decl], &Caps::default());
+        AppliedManifest::new("s", seq, intake, None, &Identity::default(), print)
     }
 
     #[test]

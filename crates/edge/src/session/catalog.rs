@@ -22,7 +22,7 @@ use super::{Handshake, Session};
 use crate::caps;
 use crate::counters::EdgeCounters;
 use crate::hub::BackendEvent;
-use crate::manifest::{AppliedManifest, Identity, Swap};
+use crate::manifest::{AppliedManifest, Fingerprint, Identity, Swap};
 use crate::revision::Revision;
 
 /// Least time between two catalog re-reads triggered by `list_changed`.
@@ -212,9 +212,8 @@ impl Session {
         self.observe_leg(Leg::Reread, read_started);
         let seq = seq.unwrap_or(stamp);
         // A seq that moved over the same catalog: the applied manifest, re-stamped.
-        if let Some(current) =
-            self.manifest.current().filter(|c| !paged_out && c.same_content(&tools, context.as_ref()))
-        {
+        let declared = Fingerprint::of(&tools, context.as_ref());
+        if let Some(current) = self.manifest.current().filter(|c| !paged_out && c.same_content(declared)) {
             let swap = self.manifest.offer(current.reseq(seq));
             let report = match swap {
                 Swap::Accepted { from, to } => {
@@ -231,7 +230,6 @@ impl Session {
             };
             return Ok((swap, report));
         }
-        let declared = tools.clone();
         let mut intake = caps::intake(tools, &caps);
         if paged_out {
             intake.dropped.push(DroppedTool {

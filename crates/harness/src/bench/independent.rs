@@ -111,7 +111,7 @@ pub(super) async fn measure(
     in_flight: usize,
     move_seq: bool,
 ) -> Result<IndependentRow, HarnessError> {
-    let server = Server::start(&cfg.exe, target)?;
+    let server = Server::start(cfg.exe_for(target), target)?;
     let relay = !target.is_tether();
     let mut fleet = Command::new(&cfg.exe);
     fleet.args(["bench-fleet", "--url", &server.url, "--devices", &sessions.to_string()]);

@@ -46,6 +46,19 @@ pub struct BenchConfig {
     pub quick: bool,
     /// Only the independent driver's rows.
     pub independent_only: bool,
+    /// Another build's `tether` whose `serve` is measured instead (devices,
+    /// drivers and the relay stay this build's): a before/after in one run.
+    pub server: Option<PathBuf>,
+}
+
+impl BenchConfig {
+    /// The binary that runs `target`: `--server-exe` for tether, this build for the relay.
+    pub fn exe_for(&self, target: Target) -> &PathBuf {
+        match (target.is_tether(), &self.server) {
+            (true, Some(server)) => server,
+            _ => &self.exe,
+        }
+    }
 }
 
 /// The server under test.
@@ -287,7 +300,7 @@ async fn throughput(
     reread: bool,
     checked: bool,
 ) -> Result<Row, HarnessError> {
-    let server = Server::start(&cfg.exe, target)?;
+    let server = Server::start(cfg.exe_for(target), target)?;
     let (device_token, backend_token) = tokens()?;
     let (declaration, extra) = if checked { checked_tool() } else { (tool("op"), json!({})) };
     let extra: Arc<Value> = Arc::new(extra);
@@ -456,7 +469,7 @@ pub struct Idle {
 }
 
 async fn idle(cfg: &BenchConfig, target: Target) -> Result<Idle, HarnessError> {
-    let server = Server::start(&cfg.exe, target)?;
+    let server = Server::start(cfg.exe_for(target), target)?;
     let (device_token, backend_token) = tokens()?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = server.rss_bytes();
@@ -491,7 +504,7 @@ pub struct FailFast {
 }
 
 async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, HarnessError> {
-    let server = Server::start(&cfg.exe, Target::Tether)?;
+    let server = Server::start(cfg.exe_for(Target::Tether), Target::Tether)?;
     let (device_token, backend_token) = tokens()?;
     let mut spec = DeviceSpec::minimal(vec![tool("op")]);
     spec.record_calls = false;
