@@ -176,8 +176,8 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         assert_eq!(err.detail("code"), Some(&json!("server_error")));
         assert_eq!(err.detail("retryable"), Some(&json!(false)));
         assert!(err.message.contains("the server refused: no"), "{}", err.message);
-        assert_eq!(bridge.counters().get("calls_server_error"), Some(1));
-        assert_eq!(bridge.counters().get("calls"), Some(2));
+        assert_eq!(bridge.counters().try_get("calls_server_error"), Some(1));
+        assert_eq!(bridge.counters().try_get("calls"), Some(2));
         bridge.stop().await.unwrap();
     })
     .await;
@@ -219,7 +219,7 @@ async fn a_server_list_changed_reaches_the_backend_as_a_new_manifest_in_both_era
         assert!(names(&turn).contains(&"client__extra".to_owned()), "{revision}: {:?}", names(&turn));
         let result = turn.call("client__extra", json!({})).await.unwrap();
         assert_eq!(text(&result), "extra!");
-        assert!(bridge.counters().get("list_changed_forwarded").unwrap() >= 1);
+        assert!(bridge.counters().try_get("list_changed_forwarded").unwrap() >= 1);
         // Announced at the upgrade (no initialize tried first), and the listen stream stayed open.
         assert_eq!(edge.hub.counters().get("revision_fallbacks"), 0, "{revision}");
         assert_eq!(edge.hub.counters().get("subscriptions_ended"), 0, "{revision}");
@@ -244,7 +244,7 @@ async fn a_call_past_its_deadline_is_cancelled_on_the_server_and_answered_as_a_s
     // The server saw the cancellation rmcp sent.
     wait_until(|| record.text().contains("slow cancelled")).await;
     assert!(!record.text().contains("slow finished"));
-    assert_eq!(bridge.counters().get("calls_timed_out"), Some(1));
+    assert_eq!(bridge.counters().try_get("calls_timed_out"), Some(1));
     assert_eq!(edge.hub.counters().get("call_timeouts"), 0, "the edge's leg never expired");
     bridge.stop().await.unwrap();
 }
@@ -265,8 +265,8 @@ async fn a_call_the_edge_cancels_reaches_the_server_as_a_cancellation() {
     assert_eq!(err.detail("leg"), Some(&json!("tool_call")));
     assert_eq!(edge.hub.counters().get("cancels_sent"), 1);
     wait_until(|| record.text().contains("slow cancelled")).await;
-    wait_until(|| bridge.counters().get("calls_cancelled_by_edge") == Some(1)).await;
-    assert_eq!(bridge.counters().get("calls_backstopped"), Some(0));
+    wait_until(|| bridge.counters().try_get("calls_cancelled_by_edge") == Some(1)).await;
+    assert_eq!(bridge.counters().try_get("calls_backstopped"), Some(0));
     bridge.stop().await.unwrap();
 }
 
@@ -292,7 +292,7 @@ async fn a_call_the_server_cancels_itself_is_answered_as_a_structured_error() {
         "answered at once, not at the server's 5 s or the deadline"
     );
     assert!(record.text().contains("abandon cancelled"));
-    assert_eq!(bridge.counters().get("calls_abandoned_by_server"), Some(1));
+    assert_eq!(bridge.counters().try_get("calls_abandoned_by_server"), Some(1));
     bridge.stop().await.unwrap();
 }
 
@@ -545,7 +545,7 @@ async fn a_killed_server_is_restarted_and_its_tools_declared_again_as_a_new_sess
     assert_ne!(status.server_pid, Some(old_pid));
     assert_eq!(status.server_starts, 2);
     assert!(status.last_close.unwrap().contains("exited (signal: 9"), "the bridge knows why it closed");
-    assert_eq!(bridge.counters().get("server_exits"), Some(1));
+    assert_eq!(bridge.counters().try_get("server_exits"), Some(1));
 
     let mut turn = Turn::begin(&link, &second, Some(&user("mira")), Budgets::default()).await;
     assert_eq!(names(&turn), PY_TOOLS, "the restarted server's tools are declared again");
@@ -590,7 +590,7 @@ async fn when_the_edge_goes_away_the_bridge_redials_and_the_server_keeps_running
     assert_ne!(status.session.as_deref(), Some(first.as_str()));
     assert_eq!(status.server_pid, pid, "the server kept running");
     assert_eq!(status.server_starts, 1);
-    assert!(bridge.counters().get("edge_disconnects").unwrap() >= 1);
+    assert!(bridge.counters().try_get("edge_disconnects").unwrap() >= 1);
 
     let link = edge.backend().await;
     let mut turn =

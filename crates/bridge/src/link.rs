@@ -40,6 +40,7 @@ use tracing::{debug, info, warn, Instrument};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp::{meta, method};
 use tether_contract::{Budgets, ErrorKind, WireError, CLIENT_PATH, CLIENT_SUBPROTOCOL, MCP_PROTOCOL_VERSION};
+use tether_counters::fallback;
 
 /// The 2026-07-28 names the bridge speaks (the edge's `revision` module has
 /// them too, but the bridge reaches the edge only over the wire).
@@ -221,8 +222,7 @@ pub(crate) async fn serve(
                     break LinkEnd::EdgeLost(format!("the edge closed the connection{why}"));
                 }
                 Some(Ok(Message::Binary(_))) => {
-                    BridgeCounters::bump(&link.shared.counters.edge_binary_frames);
-                    debug!("binary frame from the edge ignored");
+                    fallback!(link.shared.counters.edge_binary_frames, debug, "binary frame from the edge ignored");
                 }
                 Some(Ok(_)) => {}
             },
@@ -298,8 +298,12 @@ impl Link {
                 method::TOOLS_CALL => self.start_call(id, &params),
                 method::PING => self.send_now(jsonrpc::response(&id, &self.complete(json!({})))),
                 other => {
-                    BridgeCounters::bump(&self.shared.counters.edge_unknown_methods);
-                    debug!(method = other, "edge asked for a method the bridge does not serve");
+                    fallback!(
+                        self.shared.counters.edge_unknown_methods,
+                        debug,
+                        method = other,
+                        "edge asked for a method the bridge does not serve"
+                    );
                     let err = WireError::new(
                         ErrorKind::MethodNotFound,
                         format!("the tether bridge does not serve {other}"),
@@ -317,8 +321,7 @@ impl Link {
                 debug!(%id, "response from the edge to a request the bridge never sent")
             }
             Err(e) => {
-                BridgeCounters::bump(&self.shared.counters.edge_bad_frames);
-                warn!(error = %e, "frame from the edge is not JSON-RPC");
+                fallback!(self.shared.counters.edge_bad_frames, warn, error = %e, "frame from the edge is not JSON-RPC");
                 let (id, err) = e.to_wire();
                 self.send_now(jsonrpc::error_response(&id, &err));
             }
@@ -434,10 +437,12 @@ impl Link {
                 Some(text) if !text.is_empty() => {
                     if !counted {
                         counted = true;
-                        BridgeCounters::bump(&self.shared.counters.instructions_truncated);
-                        warn!(
+                        fallback!(
+                            self.shared.counters.instructions_truncated,
+                            warn,
                             bytes = text.len(),
-                            ceiling, "server instructions cut to fit the greeting frame"
+                            ceiling,
+                            "server instructions cut to fit the greeting frame"
                         );
                     }
                     let keep = cut(text, text.len().saturating_sub(over)).len();
@@ -469,8 +474,12 @@ impl Link {
                 _ => None,
             };
             return page.ok_or_else(|| {
-                BridgeCounters::bump(&counters.stale_cursors);
-                debug!(cursor, "tools/list cursor names no current catalog read");
+                fallback!(
+                    counters.stale_cursors,
+                    debug,
+                    cursor,
+                    "tools/list cursor names no current catalog read"
+                );
                 WireError::new(
                     ErrorKind::InvalidParams,
                     format!("cursor {cursor:?} names no current catalog read; list again without a cursor"),
@@ -483,16 +492,16 @@ impl Link {
         let tools = match tokio::time::timeout(LIST_BUDGET, self.server.tools()).await {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                BridgeCounters::bump(&counters.list_failures);
-                warn!(error = %e, "the MCP server's tools/list failed");
+                fallback!(counters.list_failures, warn, error = %e, "the MCP server's tools/list failed");
                 return Err(WireError::new(
                     ErrorKind::Internal,
                     format!("the MCP server's tools/list failed: {e}"),
                 ));
             }
             Err(_) => {
-                BridgeCounters::bump(&counters.list_failures);
-                warn!(
+                fallback!(
+                    counters.list_failures,
+                    warn,
                     budget_ms = LIST_BUDGET.as_millis(),
                     "the MCP server did not answer tools/list in time"
                 );
@@ -504,8 +513,7 @@ impl Link {
         };
         let (catalog, oversized) = Catalog::paginate(seq, &tools, self.shared.ceiling);
         for tool in &oversized {
-            BridgeCounters::bump(&counters.tools_oversized);
-            warn!(tool = %tool.name, bytes = tool.bytes, ceiling = self.shared.ceiling, "tool declaration too large for any tools/list frame; not declared");
+            fallback!(counters.tools_oversized, warn, tool = %tool.name, bytes = tool.bytes, ceiling = self.shared.ceiling, "tool declaration too large for any tools/list frame; not declared");
         }
         info!(seq, tools = tools.len() - oversized.len(), pages = catalog.len(), "catalog read for the edge");
         let first = catalog.page(0);
@@ -562,8 +570,9 @@ impl Link {
     async fn answer(&self, id: &Value, result: Value) {
         let mut frame = jsonrpc::response(id, &self.stamp(result));
         if frame.len() > self.shared.ceiling {
-            BridgeCounters::bump(&self.shared.counters.results_too_large);
-            warn!(
+            fallback!(
+                self.shared.counters.results_too_large,
+                warn,
                 bytes = frame.len(),
                 ceiling = self.shared.ceiling,
                 "server result too large for one frame; answered with an error"
@@ -592,12 +601,20 @@ impl Link {
         {
             match fields.get_mut("structuredContent") {
                 Some(Value::Object(s)) => {
-                    BridgeCounters::bump(&self.shared.counters.error_codes_filled);
+                    fallback!(
+                        self.shared.counters.error_codes_filled,
+                        debug,
+                        "isError result without a code; filled in tool_error"
+                    );
                     s.insert("code".into(), Value::from("tool_error"));
                     s.entry("retryable").or_insert(Value::Bool(false));
                 }
                 None | Some(Value::Null) => {
-                    BridgeCounters::bump(&self.shared.counters.error_codes_filled);
+                    fallback!(
+                        self.shared.counters.error_codes_filled,
+                        debug,
+                        "isError result without structured content; filled in tool_error"
+                    );
                     fields.insert(
                         "structuredContent".into(),
                         json!({"code": "tool_error", "retryable": false}),
@@ -626,8 +643,7 @@ impl Link {
                 let _ = stop.send(Stop::Edge);
             }
             None => {
-                BridgeCounters::bump(&self.shared.counters.edge_cancels_unmatched);
-                debug!(id = %key, "edge cancelled a call that is not in flight");
+                fallback!(self.shared.counters.edge_cancels_unmatched, debug, id = %key, "edge cancelled a call that is not in flight");
             }
         }
     }
@@ -637,7 +653,7 @@ impl Link {
         let seq = params.get("seq").and_then(Value::as_u64);
         let kept = params.get("kept").and_then(Value::as_u64);
         if !dropped.is_empty() {
-            BridgeCounters::add(&self.shared.counters.tools_dropped_by_edge, dropped.len() as u64);
+            fallback!(self.shared.counters.tools_dropped_by_edge; dropped.len() as u64, warn, count = dropped.len(), seq, "the edge dropped tools from the manifest");
             for d in &dropped {
                 let field = |k: &str| d.get(k).map(ToString::to_string).unwrap_or_default();
                 warn!(tool = %field("name"), reason = %field("reason"), "the edge dropped a tool from the manifest");

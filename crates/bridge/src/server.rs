@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::mcp::ToolDeclaration;
+use tether_counters::fallback;
 
 use crate::counters::BridgeCounters;
 use crate::lock;
@@ -484,8 +485,7 @@ impl Server {
             match serde_json::to_value(&tool).and_then(serde_json::from_value::<ToolDeclaration>) {
                 Ok(decl) => out.push(decl),
                 Err(e) => {
-                    BridgeCounters::bump(&self.counters.tools_unreadable);
-                    warn!(server = %self.name, tool = %name, error = %e, "server tool is not a readable declaration; left out");
+                    fallback!(self.counters.tools_unreadable, warn, server = %self.name, tool = %name, error = %e, "server tool is not a readable declaration; left out");
                 }
             }
         }
@@ -510,18 +510,21 @@ impl Server {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut handle =
-            match self.peer.send_cancellable_request(request, PeerRequestOptions::no_options()).await {
-                Ok(handle) => handle,
-                Err(e) => {
-                    BridgeCounters::bump(&self.counters.calls_server_gone);
-                    return CallOutcome::Failed(Failure::new(
-                        "server_exited",
-                        true,
-                        format!("The MCP server could not be reached ({e}); the call was not sent."),
-                    ));
-                }
-            };
+        let mut handle = match self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => {
+                fallback!(self.counters.calls_server_gone, warn, server = %self.name, tool = name, error = %e, "call not sent: the MCP server could not be reached");
+                return CallOutcome::Failed(Failure::new(
+                    "server_exited",
+                    true,
+                    format!("The MCP server could not be reached ({e}); the call was not sent."),
+                ));
+            }
+        };
         let (abandon_tx, mut abandoned) = oneshot::channel();
         lock(&self.inflight.calls).insert(handle.id.clone(), abandon_tx);
         let give_up = match policy {
@@ -541,11 +544,11 @@ impl Server {
             Ended::Deadline => {
                 let reason = format!("tether bridge: the edge's deadline of {ms} ms for this call is up");
                 self.cancel(handle, reason).await;
-                match policy {
-                    DeadlinePolicy::Ahead(_) => BridgeCounters::bump(&self.counters.calls_timed_out),
-                    DeadlinePolicy::Edge => BridgeCounters::bump(&self.counters.calls_backstopped),
-                }
-                warn!(server = %self.name, tool = name, deadline_ms = ms, "call passed its deadline; cancelled on the server");
+                let counter = match policy {
+                    DeadlinePolicy::Ahead(_) => &self.counters.calls_timed_out,
+                    DeadlinePolicy::Edge => &self.counters.calls_backstopped,
+                };
+                fallback!(counter, warn, server = %self.name, tool = name, deadline_ms = ms, "call passed its deadline; cancelled on the server");
                 CallOutcome::Failed(Failure::new(
                     "server_timeout",
                     true,
@@ -562,12 +565,11 @@ impl Server {
             }
             Ended::Edge(Stop::EdgeLost) => {
                 self.cancel(handle, "the device connection to the tether edge was lost".into()).await;
-                BridgeCounters::bump(&self.counters.calls_orphaned);
-                warn!(server = %self.name, tool = name, "edge connection lost mid-call; cancelled on the server");
+                fallback!(self.counters.calls_orphaned, warn, server = %self.name, tool = name, "edge connection lost mid-call; cancelled on the server");
                 CallOutcome::Unanswered
             }
             Ended::Abandoned => {
-                BridgeCounters::bump(&self.counters.calls_abandoned_by_server);
+                fallback!(self.counters.calls_abandoned_by_server, info, server = %self.name, tool = name, "the MCP server cancelled the call before answering");
                 CallOutcome::Failed(Failure::new(
                     "cancelled_by_server",
                     true,
@@ -589,7 +591,7 @@ impl Server {
             Ok(Ok(ServerResult::CallToolResult(result))) => match serde_json::to_value(&result) {
                 Ok(v) => CallOutcome::Answered(v),
                 Err(e) => {
-                    BridgeCounters::bump(&c.calls_unsupported_result);
+                    fallback!(c.calls_unsupported_result, warn, server = %self.name, error = %e, "the server's tool result could not be read");
                     CallOutcome::Failed(Failure::new(
                         "unsupported_result",
                         false,
@@ -598,7 +600,7 @@ impl Server {
                 }
             },
             Ok(Ok(ServerResult::InputRequiredResult(_))) => {
-                BridgeCounters::bump(&c.calls_unsupported_result);
+                fallback!(c.calls_unsupported_result, warn, server = %self.name, "the server asked for more input (input_required); answered as an error");
                 CallOutcome::Failed(Failure::new(
                     "input_required",
                     false,
@@ -606,7 +608,7 @@ impl Server {
                 ))
             }
             Ok(Ok(_)) => {
-                BridgeCounters::bump(&c.calls_unsupported_result);
+                fallback!(c.calls_unsupported_result, warn, server = %self.name, "the server answered a call with something other than a tool result");
                 CallOutcome::Failed(Failure::new(
                     "unsupported_result",
                     false,
@@ -614,8 +616,7 @@ impl Server {
                 ))
             }
             Ok(Err(ServiceError::McpError(e))) => {
-                BridgeCounters::bump(&c.calls_server_error);
-                warn!(server = %self.name, code = e.code.0, message = %e.message, "server answered a call with a JSON-RPC error");
+                fallback!(c.calls_server_error, warn, server = %self.name, code = e.code.0, message = %e.message, "server answered a call with a JSON-RPC error");
                 CallOutcome::Failed(Failure {
                     code: "server_error",
                     retryable: false,
@@ -627,7 +628,7 @@ impl Server {
                 })
             }
             Ok(Err(ServiceError::Cancelled { reason })) => {
-                BridgeCounters::bump(&c.calls_abandoned_by_server);
+                fallback!(c.calls_abandoned_by_server, info, server = %self.name, reason = reason.as_deref().unwrap_or(""), "the MCP server cancelled the call");
                 CallOutcome::Failed(Failure::new(
                     "cancelled_by_server",
                     true,
@@ -638,7 +639,7 @@ impl Server {
                 ))
             }
             Ok(Err(ServiceError::TransportClosed)) | Err(_) => {
-                BridgeCounters::bump(&c.calls_server_gone);
+                fallback!(c.calls_server_gone, warn, server = %self.name, "the MCP server went away before it answered a call");
                 CallOutcome::Failed(Failure::new(
                     "server_exited",
                     true,
@@ -646,7 +647,7 @@ impl Server {
                 ))
             }
             Ok(Err(other)) => {
-                BridgeCounters::bump(&c.calls_server_gone);
+                fallback!(c.calls_server_gone, warn, server = %self.name, error = %other, "a call to the MCP server failed");
                 CallOutcome::Failed(Failure::new(
                     "server_unreachable",
                     true,
@@ -751,12 +752,13 @@ async fn pump_stderr<R: AsyncRead + Unpin>(
     let mut cut = false;
     let emit = |line: &[u8], cut: bool| {
         BridgeCounters::bump(&counters.server_stderr_lines);
-        if cut {
-            BridgeCounters::bump(&counters.server_stderr_lines_truncated);
-        }
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches('\r');
-        info!(target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
+        if cut {
+            fallback!(counters.server_stderr_lines_truncated, info, target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
+        } else {
+            info!(target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
+        }
     };
     loop {
         let buf = match reader.fill_buf().await {
@@ -812,14 +814,12 @@ async fn listen_for_changes(
         let mut subscription = match opened {
             Ok(s) => s,
             Err(e) => {
-                BridgeCounters::bump(&counters.subscription_failures);
-                warn!(server = %name, error = %e, "subscriptions/listen failed; tool changes reach the edge only when it reconnects");
+                fallback!(counters.subscription_failures, warn, server = %name, error = %e, "subscriptions/listen failed; tool changes reach the edge only when it reconnects");
                 continue;
             }
         };
         if subscription.acknowledged().tools_list_changed != Some(true) {
-            BridgeCounters::bump(&counters.subscription_failures);
-            warn!(server = %name, "server did not accept a toolsListChanged subscription; tool changes reach the edge only when it reconnects");
+            fallback!(counters.subscription_failures, warn, server = %name, "server did not accept a toolsListChanged subscription; tool changes reach the edge only when it reconnects");
             return;
         }
         debug!(server = %name, "listening for tool changes");
@@ -843,14 +843,12 @@ async fn listen_for_changes(
                 }
                 Ok(None) => {
                     if !peer.is_transport_closed() {
-                        BridgeCounters::bump(&counters.subscriptions_ended);
-                        warn!(server = %name, end = ?subscription.end(), "server ended the tool-change subscription; reopening");
+                        fallback!(counters.subscriptions_ended, warn, server = %name, end = ?subscription.end(), "server ended the tool-change subscription; reopening");
                     }
                     break;
                 }
                 Err(e) => {
-                    BridgeCounters::bump(&counters.subscriptions_ended);
-                    warn!(server = %name, error = %e, "tool-change subscription failed; reopening");
+                    fallback!(counters.subscriptions_ended, warn, server = %name, error = %e, "tool-change subscription failed; reopening");
                     break;
                 }
             }
@@ -901,7 +899,7 @@ mod tests {
         let long = "x".repeat(MAX_STDERR_LINE + 10);
         let input = format!("one\r\ntwo\n{long}\nlast-without-newline");
         pump_stderr(input.as_bytes(), Arc::from("t"), None, Arc::clone(&counters)).await;
-        assert_eq!(counters.get("server_stderr_lines"), Some(4));
-        assert_eq!(counters.get("server_stderr_lines_truncated"), Some(1));
+        assert_eq!(counters.get("server_stderr_lines"), 4);
+        assert_eq!(counters.get("server_stderr_lines_truncated"), 1);
     }
 }

@@ -14,6 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use tether_counters::fallback;
+
 use crate::backoff::Backoff;
 use crate::counters::BridgeCounters;
 use crate::link::{self, ConnectError, LinkEnd, Shared};
@@ -68,9 +70,8 @@ pub(crate) async fn supervise(
                     return Err(BridgeError::Spawn { program: config.command.join(" "), source });
                 }
                 Err(e) => {
-                    BridgeCounters::bump(&counters.server_start_failures);
                     let delay = restarts.next_delay();
-                    warn!(error = %e, retry_in_ms = delay.as_millis(), "MCP server did not start; trying again");
+                    fallback!(counters.server_start_failures, warn, error = %e, retry_in_ms = delay.as_millis(), "MCP server did not start; trying again");
                     if sleep_or_shutdown(delay, &shutdown).await {
                         return Ok(());
                     }
@@ -100,11 +101,10 @@ pub(crate) async fn supervise(
                     return Err(BridgeError::Refused { status });
                 }
             };
-            BridgeCounters::bump(&counters.server_exits);
             shared.status.send_modify(|s| s.server_pid = None);
             restarts.settle(up_since.elapsed());
             let delay = restarts.next_delay();
-            warn!(%exit, restart_in_ms = delay.as_millis(), "MCP server exited; restarting it");
+            fallback!(counters.server_exits, warn, %exit, restart_in_ms = delay.as_millis(), "MCP server exited; restarting it");
             if sleep_or_shutdown(delay, &shutdown).await {
                 return Ok(());
             }
@@ -138,10 +138,9 @@ async fn serve_edge(
                     LinkEnd::ServerExited(exit) => return Served::Exited(exit),
                     LinkEnd::Shutdown => return Served::Shutdown,
                     LinkEnd::EdgeLost(reason) => {
-                        BridgeCounters::bump(&counters.edge_disconnects);
                         redials.settle(since.elapsed());
                         let delay = redials.next_delay();
-                        warn!(%reason, reconnect_in_ms = delay.as_millis(), "device connection ended; the MCP server keeps running");
+                        fallback!(counters.edge_disconnects, warn, %reason, reconnect_in_ms = delay.as_millis(), "device connection ended; the MCP server keeps running");
                         delay
                     }
                 }
@@ -151,9 +150,8 @@ async fn serve_edge(
                 return Served::Refused(status);
             }
             Err(e) => {
-                BridgeCounters::bump(&counters.edge_connect_failures);
                 let delay = redials.next_delay();
-                warn!(edge = %config.edge, error = %e, retry_in_ms = delay.as_millis(), "cannot reach the edge; trying again");
+                fallback!(counters.edge_connect_failures, warn, edge = %config.edge, error = %e, retry_in_ms = delay.as_millis(), "cannot reach the edge; trying again");
                 delay
             }
         };

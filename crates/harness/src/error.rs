@@ -55,6 +55,9 @@ pub enum HarnessError {
         /// What it printed.
         line: String,
     },
+    /// A bench peer (the independent bench's devices or driver) failed or said nothing usable.
+    #[error("bench: {0}")]
+    Peer(String),
     /// The MCP client could not open its session.
     #[error("MCP client: {0}")]
     Mcp(String),

@@ -88,7 +88,7 @@ fn frames(cfg: &DriverConfig) -> Vec<Frame> {
 /// `"done"` when it closes (the parent samples the server's counters then).
 pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport, HarnessError> {
     if cfg.sessions.is_empty() {
-        return Err(HarnessError::Mcp("the driver was given no sessions".into()));
+        return Err(HarnessError::Peer("the driver was given no sessions".into()));
     }
     let frames = std::sync::Arc::new(frames(&cfg));
     let links = cfg.links.max(1).min(cfg.in_flight.max(1));
@@ -110,10 +110,10 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
     let mut report = DriverReport::default();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     while let Some(done) = tasks.join_next().await {
-        let (calls, errors, h) = done.map_err(|e| HarnessError::Mcp(format!("driver link task: {e}")))??;
+        let (calls, errors, h) = done.map_err(|e| HarnessError::Peer(format!("driver link task: {e}")))??;
         report.calls += calls;
         report.errors += errors;
-        all.add(h).map_err(|e| HarnessError::Mcp(format!("histogram: {e}")))?;
+        all.add(h).map_err(|e| HarnessError::Peer(format!("histogram: {e}")))?;
     }
     report.p50_us = all.value_at_quantile(0.5);
     report.p99_us = all.value_at_quantile(0.99);
@@ -132,14 +132,14 @@ async fn link(
 ) -> Result<(u64, u64, Histogram<u64>), HarnessError> {
     let mut request = format!("{url}/v1/backend")
         .into_client_request()
-        .map_err(|e| HarnessError::Mcp(format!("driver url: {e}")))?;
+        .map_err(|e| HarnessError::Peer(format!("driver url: {e}")))?;
     let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|e| HarnessError::Mcp(format!("driver token: {e}")))?;
+        .map_err(|e| HarnessError::Peer(format!("driver token: {e}")))?;
     request.headers_mut().insert("authorization", bearer);
     let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
     let (mut ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
         .await
-        .map_err(|e| HarnessError::Mcp(format!("driver could not connect: {e}")))?;
+        .map_err(|e| HarnessError::Peer(format!("driver could not connect: {e}")))?;
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let (mut calls, mut errors) = (0u64, 0u64);
     let mut sent = vec![Instant::now(); slots];
@@ -152,9 +152,11 @@ async fn link(
     };
     for (slot, at) in sent.iter_mut().enumerate() {
         *at = Instant::now();
-        ws.feed(Message::text(frame(slot, &mut next))).await.map_err(|e| HarnessError::Mcp(e.to_string()))?;
+        ws.feed(Message::text(frame(slot, &mut next)))
+            .await
+            .map_err(|e| HarnessError::Peer(e.to_string()))?;
     }
-    ws.flush().await.map_err(|e| HarnessError::Mcp(e.to_string()))?;
+    ws.flush().await.map_err(|e| HarnessError::Peer(e.to_string()))?;
     let mut outstanding = slots;
     // Answers still owed after the window get this long; past it they count as errors.
     let drain_until = close + Duration::from_secs(15);

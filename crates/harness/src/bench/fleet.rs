@@ -105,7 +105,7 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
             () = notified => {}
             () = tokio::time::sleep(Duration::from_secs(120)) => {}
             Some(Err(e)) = tasks.join_next() => {
-                return Err(HarnessError::Mcp(format!("a bench device failed: {e}")));
+                return Err(HarnessError::Peer(format!("a bench device failed: {e}")));
             }
         }
     }
@@ -135,9 +135,9 @@ impl Device {
     async fn run(mut self) -> Result<(), HarnessError> {
         let mut request = format!("{}/v1/client", self.url)
             .into_client_request()
-            .map_err(|e| HarnessError::Mcp(format!("bench device url: {e}")))?;
+            .map_err(|e| HarnessError::Peer(format!("bench device url: {e}")))?;
         let bearer = HeaderValue::from_str(&format!("Bearer {}", self.credential))
-            .map_err(|e| HarnessError::Mcp(format!("bench device token: {e}")))?;
+            .map_err(|e| HarnessError::Peer(format!("bench device token: {e}")))?;
         request.headers_mut().insert("authorization", bearer);
         let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
         let mut ws = None;
@@ -151,7 +151,7 @@ impl Device {
             }
         }
         let Some(mut ws) = ws else {
-            return Err(HarnessError::Mcp(format!("bench device could not connect to {}", self.url)));
+            return Err(HarnessError::Peer(format!("bench device could not connect to {}", self.url)));
         };
         let mut session = None;
         while let Some(Ok(message)) = ws.next().await {

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 use super::driver::DriverReport;
 use super::fleet::FleetSession;
@@ -121,19 +121,8 @@ pub(super) async fn measure(
     if move_seq {
         fleet.arg("--move-seq");
     }
-    let mut fleet = fleet
-        .env("TETHER_BENCH_SECRET", SECRET)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| HarnessError::io("spawn bench-fleet", e))?;
-    let Some(out) = fleet.stdout.take() else {
-        return Err(HarnessError::Mcp("bench-fleet has no stdout".into()));
-    };
-    let mut lines = BufReader::new(out).lines();
+    fleet.env("TETHER_BENCH_SECRET", SECRET);
+    let (fleet, mut lines) = spawn(fleet, "bench-fleet")?;
     let first = lines.next_line().await.map_err(|e| HarnessError::io("read bench-fleet", e))?;
     let list: Vec<FleetSession> =
         first.as_deref().and_then(|l| serde_json::from_str(l).ok()).ok_or_else(|| HarnessError::Startup {
@@ -141,7 +130,7 @@ pub(super) async fn measure(
             line: first.unwrap_or_default(),
         })?;
     if list.len() < sessions {
-        return Err(HarnessError::Mcp(format!(
+        return Err(HarnessError::Peer(format!(
             "only {} of {sessions} bench devices got a session",
             list.len()
         )));
@@ -152,24 +141,15 @@ pub(super) async fn measure(
     write_sessions(&file, &list)?;
     let backend = super::jwt::Signer::new(SECRET.as_bytes()).issue("bench-driver", "tether-backend")?;
     let tool = if relay { "op" } else { "client__op" };
-    let mut driver = Command::new(&cfg.exe)
+    let mut driver = Command::new(&cfg.exe);
+    driver
         .args(["bench-driver", "--url", &server.url, "--tool", tool])
         .arg("--sessions")
         .arg(&file)
         .args(["--links", &LINKS.to_string(), "--in-flight", &in_flight.to_string()])
         .args(["--seconds", &cfg.seconds.to_string()])
-        .env("TETHER_BENCH_BACKEND_TOKEN", backend)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| HarnessError::io("spawn bench-driver", e))?;
-    let Some(out) = driver.stdout.take() else {
-        return Err(HarnessError::Mcp("bench-driver has no stdout".into()));
-    };
-    let mut lines = BufReader::new(out).lines();
+        .env("TETHER_BENCH_BACKEND_TOKEN", backend);
+    let (mut driver, mut lines) = spawn(driver, "bench-driver")?;
     let (mut before, mut after) = (None, None);
     let mut report = None;
     while let Some(line) = lines.next_line().await.map_err(|e| HarnessError::io("read bench-driver", e))? {
@@ -181,7 +161,7 @@ pub(super) async fn measure(
     }
     let _ = driver.wait().await;
     let (Some(before), Some(after), Some(report)) = (before, after, report) else {
-        return Err(HarnessError::Mcp("bench-driver ended without its report".into()));
+        return Err(HarnessError::Peer("bench-driver ended without its report".into()));
     };
     drop(fleet);
     let per_call = |x: f64| if report.calls > 0 { x / report.calls as f64 } else { 0.0 };
@@ -203,8 +183,24 @@ pub(super) async fn measure(
     })
 }
 
+/// Starts a bench peer (quiet log, stdout piped, killed when dropped) and reads its stdout by line.
+fn spawn(mut command: Command, what: &str) -> Result<(Child, Lines<BufReader<ChildStdout>>), HarnessError> {
+    let mut child = command
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| HarnessError::io(format!("spawn {what}"), e))?;
+    let Some(out) = child.stdout.take() else {
+        return Err(HarnessError::Peer(format!("{what} has no stdout")));
+    };
+    Ok((child, BufReader::new(out).lines()))
+}
+
 fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), HarnessError> {
-    let text = serde_json::to_string(list).map_err(|e| HarnessError::Mcp(e.to_string()))?;
+    let text = serde_json::to_string(list).map_err(|e| HarnessError::Peer(e.to_string()))?;
     std::fs::write(path, text).map_err(|e| HarnessError::io(path.display().to_string(), e))
 }
 
