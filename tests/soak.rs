@@ -11,14 +11,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::{keys, LiveEdge};
+use common::{keys, test_config, LiveEdge};
+use tether_edge::EdgeConfig;
 use tether_harness::soak::{run, Load, SoakConfig, DEFAULT_CALL_BUDGET, DEFAULT_FAULTS};
 
 fn config(edge: &LiveEdge, devices: usize, secs: u64, faults: &str) -> SoakConfig {
     let day = Duration::from_secs(86_400);
     SoakConfig {
         edge: edge.url.clone(),
-        client_token: keys().issue("soak-device", "tether-client", day).unwrap(),
+        client_tokens: (0..devices)
+            .map(|i| keys().issue(&format!("soak-device-{i}"), "tether-client", day).unwrap())
+            .collect(),
         backend_token: keys().issue("soak-driver", "tether-backend", day).unwrap(),
         devices,
         duration: Duration::from_secs(secs),
@@ -36,7 +39,10 @@ async fn a_faulty_fleet_loses_duplicates_and_misroutes_nothing() {
     let secs: u64 = std::env::var("TETHER_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
     let devices: usize =
         std::env::var("TETHER_SOAK_DEVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let edge = LiveEdge::start().await;
+    // The edge's default per-principal limit (64): a fleet of one principal
+    // per device gets in whole, as a real fleet would.
+    let limits = tether_edge::EdgeConfig::default().max_sessions_per_principal;
+    let edge = LiveEdge::start_with(EdgeConfig { max_sessions_per_principal: limits, ..test_config() }).await;
     let report = run(config(&edge, devices, secs, DEFAULT_FAULTS)).await.unwrap();
     eprintln!("{}", report.table());
     assert_eq!(report.violations(), Vec::<String>::new());
@@ -80,7 +86,8 @@ async fn a_soak_whose_devices_never_get_a_session_fails_and_says_why() {
     let mut cfg = config(&edge, 3, 30, DEFAULT_FAULTS);
     // Signed with another key: the edge refuses every device at the upgrade.
     let stranger = tether_edge::auth::Keys::from_secret(b"another-secret-0123456789abcdefgh").unwrap();
-    cfg.client_token = stranger.issue("soak-device", "tether-client", Duration::from_secs(600)).unwrap();
+    cfg.client_tokens =
+        vec![stranger.issue("soak-device", "tether-client", Duration::from_secs(600)).unwrap()];
     cfg.fleet_deadline = Duration::from_secs(1);
     let started = tokio::time::Instant::now();
     let report = run(cfg).await.unwrap();

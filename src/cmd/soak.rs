@@ -56,8 +56,6 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
             let config = tether_edge::EdgeConfig {
                 listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
                 jwt_secret: Some(secret.clone()),
-                // The whole fleet shares one device principal.
-                max_sessions_per_principal: usize::MAX,
                 ..tether_edge::EdgeConfig::default()
             };
             let edge = Edge::bind(config).await.map_err(|e| e.to_string())?;
@@ -70,7 +68,11 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     let day = Duration::from_secs(86_400);
     let cfg = SoakConfig {
         edge: url,
-        client_token: keys.issue("soak-device", AUD_CLIENT, day).map_err(|e| e.to_string())?,
+        // One principal per device, as a real fleet has: the edge's per-principal limit never bites.
+        client_tokens: (0..args.devices)
+            .map(|i| keys.issue(&format!("soak-device-{i}"), AUD_CLIENT, day))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
         backend_token: keys.issue("soak-driver", AUD_BACKEND, day).map_err(|e| e.to_string())?,
         devices: args.devices,
         duration: args.duration,

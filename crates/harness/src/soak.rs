@@ -46,13 +46,18 @@ pub enum Load {
     Rate(f64),
 }
 
+/// A session the driver may call, and the user credential its device runs as.
+type Live = (String, Arc<str>);
+
 /// Everything a soak run needs.
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
     /// Edge address, `ws://host:port`.
     pub edge: String,
-    /// A device token (`aud` tether-client).
-    pub client_token: String,
+    /// Device tokens (`aud` tether-client), one principal per device as a real
+    /// fleet has (device `i` uses token `i % len`); each also serves as the
+    /// user credential of the calls to that device's session.
+    pub client_tokens: Vec<String>,
     /// A backend token (`aud` tether-backend).
     pub backend_token: String,
     /// Simulated devices.
@@ -351,7 +356,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             .map_err(|source| HarnessError::Link { url: cfg.edge.clone(), source })?,
     );
     let start_sample = scrape(&cfg.edge).await.unwrap_or_default();
-    let live: Arc<Mutex<Vec<String>>> = Arc::default();
+    let live: Arc<Mutex<Vec<Live>>> = Arc::default();
     let tally = Arc::new(Tally {
         latency: Mutex::new(histogram()),
         second: Mutex::new(histogram()),
@@ -366,7 +371,9 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     for i in 0..cfg.devices {
         let (edge, token, mix, live, tally) = (
             cfg.edge.clone(),
-            cfg.client_token.clone(),
+            Arc::<str>::from(
+                cfg.client_tokens.get(i % cfg.client_tokens.len().max(1)).map_or("", String::as_str),
+            ),
             Arc::clone(&mix),
             Arc::clone(&live),
             Arc::clone(&tally),
@@ -403,12 +410,12 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
                     connected_once = true;
                     tally.devices_connected.fetch_add(1, Ordering::Relaxed);
                 }
-                lock(&live).push(session.clone());
+                lock(&live).push((session.clone(), Arc::clone(&token)));
                 tokio::select! {
                     _ = dev.closed() => {}
                     _ = tokio::time::sleep_until(fleet_end) => dev.disconnect().await,
                 }
-                lock(&live).retain(|s| *s != session);
+                lock(&live).retain(|(s, _)| *s != session);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }));
@@ -436,14 +443,10 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
         None
     };
 
-    // The fleet's devices all run as the client token's principal, so the same
-    // token serves as every turn's user credential.
-    let credential: Arc<str> = Arc::from(cfg.client_token.as_str());
     let call_budget = cfg.call_budget;
     let call_one = {
         let (link, live, tally) = (Arc::clone(&link), Arc::clone(&live), Arc::clone(&tally));
         move |nonce: u64, rng: &mut SplitMix64| {
-            let credential = Arc::clone(&credential);
             let target = {
                 let live = lock(&live);
                 if live.is_empty() {
@@ -454,7 +457,8 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             };
             let (link, tally) = (Arc::clone(&link), Arc::clone(&tally));
             async move {
-                let Some(session) = target else {
+                // Each device runs as its own principal: its token is the call's user credential.
+                let Some((session, credential)) = target else {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     return;
                 };
