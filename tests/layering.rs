@@ -164,6 +164,17 @@ fn the_mcp_gateway_is_a_backend_that_reaches_the_edge_only_over_the_link() {
 }
 
 #[test]
+fn the_cluster_is_a_router_beside_the_edge_and_nats_stays_out_of_edge_and_core() {
+    let graph = Graph::get();
+    let cluster = graph.reach("tether-cluster");
+    assert!(cluster.contains("tether-edge") && cluster.contains("async-nats"), "graph sanity: {cluster:?}");
+    assert!(!cluster.contains("tether-core"), "the cluster routes for the edge; it never links core");
+    for crate_name in ["tether-edge", "tether-core", "tether-contract"] {
+        assert!(!graph.reach(crate_name).contains("async-nats"), "{crate_name} reaches async-nats");
+    }
+}
+
+#[test]
 fn the_search_crate_is_pure_and_offline() {
     let search = Graph::get().reach("tether-search");
     assert!(

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use tether_cluster::Cluster;
 use tether_config::{Flags, LogFormat, Resolved};
 use tether_edge::Edge;
 use tether_gateway::{Gateway, GatewayConfig};
@@ -27,6 +28,9 @@ pub(crate) struct Args {
     /// (e.g. https://agents.example.com); by default built from the request's Host.
     #[arg(long, env = "TETHER_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Join the cluster on this NATS server (e.g. nats://127.0.0.1:4222; also TETHER_NATS or [cluster] nats).
+    #[arg(long)]
+    nats: Option<String>,
 }
 
 /// Resolves the configuration file (if any) with the environment and `flags`.
@@ -41,8 +45,8 @@ pub(crate) fn read_config(path: Option<&PathBuf>, flags: &Flags) -> Result<Resol
 
 /// Runs the edge until a signal stops it.
 pub(crate) async fn run(args: Args) -> Result<(), String> {
-    let Args { config, listen, data_dir, log_format, public_url } = args;
-    let flags = Flags { listen, data_dir, log_format };
+    let Args { config, listen, data_dir, log_format, public_url, nats } = args;
+    let flags = Flags { listen, data_dir, log_format, nats };
     let resolved = read_config(config.as_ref(), &flags)?;
     init_tracing("info", resolved.log_format);
     for issue in resolved.issues.iter().filter(|i| i.fatal) {
@@ -57,15 +61,32 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     }
     let degraded: Vec<_> = resolved.issues.clone();
     let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
-    let edge = Edge::bind(resolved.config).await.map_err(|e| e.to_string())?;
+    let cluster = match resolved.cluster.clone() {
+        Some(c) => Some(Cluster::connect(c, resolved.config.budgets).await.map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let edge = match &cluster {
+        Some(cluster) => Edge::bind_routed(resolved.config, cluster.router()).await,
+        None => Edge::bind(resolved.config).await,
+    }
+    .map_err(|e| e.to_string())?;
     let edge = mount_mcp(edge, issuer, public_url).await;
+    if let Some(cluster) = &cluster {
+        cluster.start(&edge.hub(), edge.shutdown_token()).await.map_err(|e| e.to_string())?;
+    }
     for issue in &degraded {
         tether_counters::fallback!(edge.hub().counters().config_errors, warn, location = %issue.location, "configuration degraded: {}", issue.message);
     }
     let addr = edge.local_addr().map_err(|e| e.to_string())?;
     install_signals(edge.drain_token(), edge.shutdown_token())?;
     announce(&format!("listening on ws://{addr}\nMCP endpoint on http://{addr}/mcp"));
+    if let (Some(cluster), Some(c)) = (&cluster, &resolved.cluster) {
+        announce(&format!("cluster edge {} on {}", cluster.edge(), c.nats));
+    }
     edge.run().await;
+    if let Some(cluster) = &cluster {
+        cluster.leave().await;
+    }
     Ok(())
 }
 

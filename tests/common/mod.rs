@@ -20,6 +20,7 @@ use tether_edge::auth::Keys;
 use tether_edge::{Edge, EdgeConfig, Hub};
 use tether_harness::{DeviceSpec, SimDevice, SimHandle};
 
+pub mod processes;
 pub mod source;
 
 /// The fixed secret every test edge uses.

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
+use tether_cluster::ClusterConfig;
 use tether_contract::{Budgets, Caps};
 use tether_core::Profiles;
 use tether_edge::config::{BrokenProfile, ClientProfile, EdgeConfig};
@@ -65,6 +66,8 @@ pub struct Flags {
     pub data_dir: Option<PathBuf>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--nats`: join the cluster on this NATS server.
+    pub nats: Option<String>,
 }
 
 /// The outcome of resolution.
@@ -79,6 +82,8 @@ pub struct Resolved {
     /// Core's caller profiles from `[callers]` (each one checked: a broken
     /// profile is an issue here, and its caller gets no client tools).
     pub callers: Profiles,
+    /// The cluster this edge joins (`[cluster]`, `TETHER_NATS`, `--nats`); None: it stands alone.
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl Resolved {
@@ -151,6 +156,21 @@ impl Resolved {
             auth.insert("jwks_refresh_secs".into(), Value::from(idp.refresh.as_secs() as i64));
             let mut wrapper = Table::new();
             wrapper.insert("auth".into(), Value::Table(auth));
+            out.push('\n');
+            out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
+        }
+        if let Some(cluster) = &self.cluster {
+            let mut t = Table::new();
+            t.insert("nats".into(), Value::from(cluster.nats.clone()));
+            if let Some(name) = &cluster.name {
+                t.insert("name".into(), Value::from(name.clone()));
+            }
+            t.insert("heartbeat_ms".into(), Value::from(ms(cluster.heartbeat) as i64));
+            t.insert("edge_timeout_ms".into(), Value::from(ms(cluster.edge_timeout) as i64));
+            t.insert("hop_ms".into(), Value::from(ms(cluster.hop) as i64));
+            t.insert("read_timeout_ms".into(), Value::from(ms(cluster.read_timeout) as i64));
+            let mut wrapper = Table::new();
+            wrapper.insert("cluster".into(), Value::Table(t));
             out.push('\n');
             out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
         }
@@ -234,6 +254,34 @@ struct LimitsSection {
     max_unauthenticated_per_ip: Option<usize>,
 }
 
+/// `[cluster]`: the NATS server the edges join over, and the cluster's timings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterSection {
+    nats: Option<String>,
+    name: Option<String>,
+    heartbeat_ms: Option<u64>,
+    edge_timeout_ms: Option<u64>,
+    hop_ms: Option<u64>,
+    read_timeout_ms: Option<u64>,
+}
+
+impl ClusterSection {
+    /// The section over the defaults; the NATS address may come later (env, flag).
+    fn over(self, mut c: ClusterConfig) -> ClusterConfig {
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        if let Some(nats) = self.nats {
+            c.nats = nats;
+        }
+        c.name = self.name.or(c.name);
+        c.heartbeat = ms(self.heartbeat_ms, c.heartbeat);
+        c.edge_timeout = ms(self.edge_timeout_ms, c.edge_timeout);
+        c.hop = ms(self.hop_ms, c.hop);
+        c.read_timeout = ms(self.read_timeout_ms, c.read_timeout);
+        c
+    }
+}
+
 /// `[auth]`: the users' identity provider, whose tokens the edge accepts
 /// beside its own HS256 ones.
 #[derive(Debug, Deserialize)]
@@ -289,6 +337,7 @@ const TOP_KEYS: &[&str] = &[
     "auth",
     "clients",
     "callers",
+    "cluster",
 ];
 
 /// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
@@ -326,6 +375,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     let mut issues = Vec::new();
     let mut log_format = LogFormat::default();
     let mut callers = Table::new();
+    let mut cluster: Option<ClusterConfig> = None;
     let mut issue =
         |location: String, message: String, fatal: bool| issues.push(Issue { location, message, fatal });
 
@@ -480,6 +530,13 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                         ),
                     }
                 }
+                if let Some(v) = table.get("cluster") {
+                    match section::<ClusterSection>(v) {
+                        Ok(c) => cluster = Some(c.over(ClusterConfig::new(""))),
+                        // A cluster setting never degrades: an edge alone when it should be joined splits the fleet.
+                        Err(e) => issue(locate(&name, text, Some("cluster"), "cluster"), e.to_string(), true),
+                    }
+                }
                 if let Some(Value::Table(t)) = table.get("callers") {
                     callers = t.clone();
                 }
@@ -507,6 +564,9 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
             Err(e) => issue("env TETHER_LOG_FORMAT".into(), format!("{e}; using {log_format:?}"), false),
         }
     }
+    if let Some(v) = env("TETHER_NATS") {
+        cluster.get_or_insert_with(|| ClusterConfig::new("")).nats = v;
+    }
     // TETHER_JWT_SECRET is read where the key is loaded (auth), above the file's jwt_secret.
 
     // Flags over everything.
@@ -519,6 +579,21 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     if let Some(f) = flags.log_format {
         log_format = f;
     }
+    if let Some(nats) = &flags.nats {
+        cluster.get_or_insert_with(|| ClusterConfig::new("")).nats = nats.clone();
+    }
+    if let Some(c) = &cluster {
+        let location = name.as_deref().map_or_else(|| "[cluster]".to_owned(), |n| format!("{n} [cluster]"));
+        if c.nats.is_empty() {
+            issue(
+                location,
+                "a [cluster] needs nats = \"nats://host:4222\" (or TETHER_NATS, --nats)".into(),
+                true,
+            );
+        } else if let Err(e) = c.validate(&config.budgets) {
+            issue(location, e.to_string(), true);
+        }
+    }
     let callers = Profiles::from_table(callers, std::sync::Arc::default());
     for caller in callers.names() {
         if let Err(e) = callers.get(&caller) {
@@ -528,7 +603,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
             issue(location, format!("{}; this caller would get no client tools", e.message), false);
         }
     }
-    Resolved { config, log_format, issues, callers }
+    Resolved { config, log_format, issues, callers, cluster }
 }
 
 /// `[clients.NAME]` is `server_name` plus any `[caps]` keys, inline.

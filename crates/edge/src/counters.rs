@@ -151,8 +151,8 @@ pub struct EdgeMetrics {
     /// Resident memory of the edge process, refreshed at each scrape.
     pub resident_bytes: Gauge,
     registry: Registry,
-    /// More exposition from what the binary mounts (the MCP endpoint's counters).
-    mounted: std::sync::OnceLock<Box<dyn Fn() -> String + Send + Sync>>,
+    /// More exposition from what the binary mounts (the MCP endpoint's and the cluster's counters).
+    mounted: std::sync::Mutex<Vec<Box<dyn Fn() -> String + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for EdgeMetrics {
@@ -183,7 +183,7 @@ impl Default for EdgeMetrics {
             calls_in_flight: Gauge::default(),
             resident_bytes: Gauge::default(),
             registry,
-            mounted: std::sync::OnceLock::new(),
+            mounted: std::sync::Mutex::default(),
         };
         let mut registry = m.registry;
         registry.register(
@@ -220,17 +220,22 @@ impl EdgeMetrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        if let Some(mounted) = self.mounted.get() {
-            // One exposition: the mounted families go before the closing `# EOF`.
-            let body = out.trim_end().trim_end_matches("# EOF").to_owned();
-            out = format!("{body}{}\n# EOF\n", mounted().trim_end());
+        let mounted = crate::lock(&self.mounted);
+        if !mounted.is_empty() {
+            // One exposition: the mounted families go before the one closing `# EOF`.
+            let mut body = out.trim_end().trim_end_matches("# EOF").to_owned();
+            for render in mounted.iter() {
+                body.push_str(render().trim_end().trim_end_matches("# EOF").trim_end());
+                body.push('\n');
+            }
+            out = format!("{body}# EOF\n");
         }
         out
     }
 
-    /// Appends `render`'s families to every scrape (once; later calls are ignored).
+    /// Appends `render`'s families to every scrape.
     pub fn also_render(&self, render: impl Fn() -> String + Send + Sync + 'static) {
-        let _ = self.mounted.set(Box::new(render));
+        crate::lock(&self.mounted).push(Box::new(render));
     }
 
     /// Counts one refused frame of `kind`.

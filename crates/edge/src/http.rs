@@ -94,7 +94,11 @@ async fn readyz(State(door): State<Door>) -> Response {
     if door.hub.is_draining() {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
-    text(StatusCode::OK, "ready\n")
+    // A degraded cluster still serves this edge's own sessions: ready, and says so.
+    match door.hub.router().degraded() {
+        Some(why) => text(StatusCode::OK, format!("ready (degraded: {why})\n")),
+        None => text(StatusCode::OK, "ready\n"),
+    }
 }
 
 async fn metrics(State(door): State<Door>) -> Response {

@@ -78,6 +78,17 @@ impl Hub {
 
     /// A hub that reports to `metrics` (some of which an identity provider's key set already holds).
     pub fn with_metrics(config: EdgeConfig, auth: Verifier, metrics: EdgeMetrics) -> Arc<Hub> {
+        Hub::with_router(config, auth, metrics, Box::new(Local))
+    }
+
+    /// A hub whose backend requests go through `router` (a cluster router
+    /// reaches sessions other edges hold).
+    pub fn with_router(
+        config: EdgeConfig,
+        auth: Verifier,
+        metrics: EdgeMetrics,
+        router: Box<dyn Router>,
+    ) -> Arc<Hub> {
         let (events, _) = broadcast::channel(config.backend_event_queue.max(1));
         Arc::new(Hub {
             config,
@@ -91,7 +102,7 @@ impl Hub {
             per_ip_unauthenticated: DashMap::new(),
             idle: Notify::new(),
             events,
-            router: Box::new(Local),
+            router,
         })
     }
 
@@ -174,7 +185,7 @@ impl Hub {
     }
 
     /// Marks one backend call in flight until the guard drops.
-    pub(crate) fn call_guard(self: &Arc<Self>) -> CallGuard {
+    pub fn call_guard(self: &Arc<Self>) -> CallGuard {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.metrics.calls_in_flight.inc();
         CallGuard { hub: Arc::clone(self) }
@@ -199,6 +210,12 @@ impl Hub {
     /// Removes a latched session and remembers why it closed.
     pub(crate) fn remove_closed(&self, id: &str, reason: &str) {
         self.remove(id);
+        self.remember_closed(id, reason);
+    }
+
+    /// Remembers why a session closed, so a late call gets `channel_closed`
+    /// with the reason (a cluster router also remembers other edges' sessions).
+    pub fn remember_closed(&self, id: &str, reason: &str) {
         let mut t = match self.closed.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -225,7 +242,14 @@ impl Hub {
         self.events.subscribe()
     }
 
+    /// Tells this edge's backends and the router (which tells the other edges).
     pub(crate) fn publish(&self, event: BackendEvent) {
+        self.router.published(&event);
+        self.publish_here(event);
+    }
+
+    /// Tells this edge's backends only: an event another edge published.
+    pub fn publish_here(&self, event: BackendEvent) {
         // No subscribers is normal (no backend connected yet).
         let _ = self.events.send(event);
     }
@@ -233,7 +257,7 @@ impl Hub {
 
 /// One backend call in flight; dropping it lets a drain see the edge go idle.
 #[derive(Debug)]
-pub(crate) struct CallGuard {
+pub struct CallGuard {
     hub: Arc<Hub>,
 }
 

@@ -18,7 +18,7 @@ use tether_contract::error::{ErrorKind, WireError};
 use tether_counters::fallback;
 use tracing::info;
 
-use crate::hub::Hub;
+use crate::hub::{BackendEvent, Hub};
 use crate::session::{ProgressRelay, Session};
 
 /// What a router answers with: boxed, so routers are objects the hub holds.
@@ -26,7 +26,8 @@ pub type Routed<'a, T> = Pin<Box<dyn Future<Output = Result<T, WireError>> + Sen
 
 /// Who is reading, verified by the backend link: a user sees their own
 /// sessions, an operator every one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "role", content = "principal", rename_all = "snake_case")]
 pub enum Reader {
     /// A `tether-client` credential's principal.
     User(String),
@@ -95,6 +96,16 @@ pub trait Router: std::fmt::Debug + Send + Sync {
         owner: &'a str,
         progress: Option<ProgressRelay>,
     ) -> Routed<'a, CallResponse>;
+
+    /// This edge published `event` to its backends; a cluster router tells
+    /// the other edges, and starts or stops answering for the session.
+    fn published(&self, _event: &BackendEvent) {}
+
+    /// Why this edge reaches only part of the sessions it should, if it does
+    /// (`/readyz` says it; the edge still serves its own sessions).
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The in-process router: the sessions this edge holds.

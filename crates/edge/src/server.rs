@@ -66,6 +66,15 @@ pub struct Edge {
 impl Edge {
     /// Validates configuration, loads the secret and binds the listener.
     pub async fn bind(config: EdgeConfig) -> Result<Edge, EdgeError> {
+        Edge::bind_routed(config, Box::new(crate::router::Local)).await
+    }
+
+    /// As [`Edge::bind`], with backend requests going through `router` (a
+    /// cluster router reaches sessions other edges hold).
+    pub async fn bind_routed(
+        config: EdgeConfig,
+        router: Box<dyn crate::router::Router>,
+    ) -> Result<Edge, EdgeError> {
         config.validate()?;
         let (keys, source) = Keys::load(config.jwt_secret.as_deref(), &config.data_dir)?;
         match &source {
@@ -83,7 +92,7 @@ impl Edge {
             .await
             .map_err(|source| EdgeError::Bind { addr: config.listen, source })?;
         Ok(Edge {
-            hub: Hub::with_metrics(config, Verifier::new(keys, idp), metrics),
+            hub: Hub::with_router(config, Verifier::new(keys, idp), metrics, router),
             listener,
             shutdown: CancellationToken::new(),
             drain: CancellationToken::new(),

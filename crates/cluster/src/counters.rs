@@ -1,0 +1,74 @@
+//! The cluster's counters, exported beside the edge's at `/metrics`.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+tether_counters::counters! {
+    /// Every cluster event and fallback; exported as `tether_cluster_<name>_total`.
+    pub struct ClusterCounters;
+    events {
+        /// Calls sent to the edge holding their session.
+        remote_calls,
+        /// Reads (turn, inspect, manifest, list of one) sent to the edge holding their session.
+        remote_reads,
+        /// `sessions/list` asked of every edge.
+        lists_gathered,
+        /// Calls this edge ran for a backend on another edge.
+        calls_served,
+        /// Reads this edge answered for a backend on another edge.
+        reads_served,
+        /// Session events sent to the other edges.
+        events_sent,
+        /// Session events from other edges told to this edge's backends.
+        events_received,
+        /// Times the connection to NATS came (back) up.
+        nats_connects,
+    }
+    fallbacks {
+        /// Requests for a session no edge holds (NATS had no responders): `session_not_found` at once.
+        no_responders,
+        /// Edges lost: silent past the edge timeout (a clean shutdown says so and is not counted here).
+        edges_lost,
+        /// Calls failed with `channel_closed` because the edge holding their session was lost or never took them.
+        calls_edge_lost,
+        /// Requests for other edges' sessions refused because NATS was unreachable.
+        cluster_unreachable,
+        /// Malformed or oversized messages on a tether subject, dropped.
+        bad_messages,
+        /// Replies for a request nobody waits for any more (it ended first), dropped.
+        late_replies,
+        /// `sessions/list` answered without some edge's part: it did not answer in time.
+        lists_partial,
+        /// Times the connection to NATS was lost (the edge keeps serving its own sessions and reconnects).
+        nats_disconnects,
+        /// Messages that could not be published to NATS, or subscriptions that could not be made.
+        publish_failures,
+        /// Progress from another edge not relayed: the backend did not ask, or its queue was full.
+        progress_dropped,
+    }
+}
+
+/// The cluster's counters and its connection gauge.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterMetrics {
+    pub(crate) counters: ClusterCounters,
+    /// 1 while connected to NATS.
+    pub(crate) connected: Gauge,
+    /// Other edges alive, as this edge sees them.
+    pub(crate) edges: Gauge,
+}
+
+impl ClusterMetrics {
+    /// The Prometheus text exposition of the cluster's families.
+    pub(crate) fn render(&self) -> String {
+        let mut registry = Registry::with_prefix("tether_cluster");
+        self.counters.register(&mut registry);
+        registry.register("connected", "1 while this edge is connected to NATS", self.connected.clone());
+        registry.register("edges", "Other edges alive, as this edge sees them", self.edges.clone());
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}

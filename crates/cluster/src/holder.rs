@@ -1,0 +1,392 @@
+//! The answering side: this edge's sessions served to the cluster, and the
+//! cluster heard on this edge.
+//!
+//! A session is subscribed at `tether.s.<id>.*` from the moment it is
+//! listed until it closes, so a call for it arrives here and nowhere else.
+//! Calls from other edges run through [`Local`] exactly as a backend of this
+//! edge's would. Besides, one task per concern: replies to this edge's own
+//! requests, other edges' events, heartbeats and losses, the gathered list,
+//! and the outbox that publishes this edge's events in order.
+
+use std::sync::Arc;
+
+use async_nats::{Message, StatusCode, Subscriber};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use tether_contract::backend::SessionClosed;
+use tether_contract::error::{ErrorKind, WireError};
+use tether_counters::fallback;
+use tether_edge::hub::{BackendEvent, Hub};
+use tether_edge::router::{Local, Router};
+use tether_edge::session::ProgressRelay;
+use tether_edge::ws::Outbound;
+use tether_rpc::lock;
+
+use crate::counters::ClusterCounters;
+use crate::router::{Incoming, Undelivered};
+use crate::subject::{self, is_session_token};
+use crate::wire::{
+    encode, parse, Answer, Beat, CallRequest, Event, EventKind, Gone, ListRequest, ReadOp, ReadRequest, Reply,
+};
+use crate::{ClusterError, Inner};
+
+/// Sessions per `Listed` message, well inside NATS's default 1 MiB payload.
+const LIST_CHUNK: usize = 500;
+
+/// Subscribes to the cluster's subjects and spawns the tasks that serve them.
+pub(crate) async fn start(
+    inner: Arc<Inner>,
+    hub: Arc<Hub>,
+    outbox: mpsc::UnboundedReceiver<BackendEvent>,
+    shutdown: CancellationToken,
+) -> Result<(), ClusterError> {
+    let client = &inner.client;
+    let replies = client.subscribe(subject::replies(&inner.me)).await?;
+    let events = client.subscribe(subject::EVENTS).await?;
+    let beats = client.subscribe(subject::BEAT).await?;
+    let gone = client.subscribe(subject::GONE).await?;
+    let lists = client.subscribe(subject::LIST).await?;
+    tokio::spawn(serve_replies(Arc::clone(&inner), replies, shutdown.clone()));
+    tokio::spawn(serve_events(Arc::clone(&inner), Arc::clone(&hub), events, shutdown.clone()));
+    tokio::spawn(serve_lists(Arc::clone(&inner), Arc::clone(&hub), lists, shutdown.clone()));
+    tokio::spawn(beat(Arc::clone(&inner), Arc::clone(&hub), beats, gone, shutdown.clone()));
+    tokio::spawn(publish_events(inner, hub, outbox, shutdown));
+    Ok(())
+}
+
+/// Counts and logs a message from the cluster side that cannot be used.
+fn bad(inner: &Inner, subject: &str, error: &dyn std::fmt::Display) {
+    fallback!(inner.counters().bad_messages, warn, %subject, %error, "message from the cluster dropped");
+}
+
+/// Publishes this edge's events in order; a session is subscribed before
+/// its `opened` event leaves, so whoever hears of it can reach it.
+async fn publish_events(
+    inner: Arc<Inner>,
+    hub: Arc<Hub>,
+    mut outbox: mpsc::UnboundedReceiver<BackendEvent>,
+    shutdown: CancellationToken,
+) {
+    let mut held = std::collections::HashMap::<String, CancellationToken>::new();
+    loop {
+        let event = tokio::select! {
+            event = outbox.recv() => match event { Some(e) => e, None => break },
+            () = shutdown.cancelled() => break,
+        };
+        match &event {
+            BackendEvent::SessionOpened(opened) if is_session_token(&opened.session) => {
+                let id = opened.session.clone();
+                match inner
+                    .client
+                    .queue_subscribe(subject::session_all(&id), subject::HOLDER_GROUP.into())
+                    .await
+                {
+                    Ok(sub) => {
+                        let stop = shutdown.child_token();
+                        held.insert(id.clone(), stop.clone());
+                        tokio::spawn(serve_session(Arc::clone(&inner), Arc::clone(&hub), id, sub, stop));
+                    }
+                    Err(e) => {
+                        fallback!(inner.counters().publish_failures, warn, session = %id, error = %e, "could not subscribe a session: other edges cannot reach it");
+                    }
+                }
+            }
+            BackendEvent::SessionClosed(closed) => {
+                if let Some(stop) = held.remove(&closed.session) {
+                    stop.cancel();
+                }
+            }
+            _ => {}
+        }
+        let message = Event { edge: inner.me.clone(), event: EventKind::from(&event) };
+        inner.publish(subject::EVENTS.to_owned(), encode(&message)).await;
+        ClusterCounters::bump(&inner.counters().events_sent);
+    }
+}
+
+/// Serves one held session's subjects until it closes.
+async fn serve_session(
+    inner: Arc<Inner>,
+    hub: Arc<Hub>,
+    session: String,
+    mut sub: Subscriber,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            m = sub.next() => match m { Some(m) => m, None => break },
+            () = stop.cancelled() => break,
+        };
+        match message.subject.rsplit('.').next() {
+            Some("call") => {
+                tokio::spawn(serve_call(Arc::clone(&inner), Arc::clone(&hub), message));
+            }
+            Some("read") => {
+                tokio::spawn(serve_read(Arc::clone(&inner), Arc::clone(&hub), session.clone(), message));
+            }
+            Some("cancel") => match std::str::from_utf8(&message.payload) {
+                Ok(reply) => {
+                    if let Some(token) = lock(&inner.serving).get(reply) {
+                        token.cancel();
+                    }
+                }
+                Err(e) => bad(&inner, &message.subject, &e),
+            },
+            _ => bad(&inner, &message.subject, &"no such session subject"),
+        }
+    }
+    let _ = sub.unsubscribe().await;
+}
+
+/// Runs a call another edge's backend made: accepted at once, progress
+/// relayed, the outcome last; cancelled when the asking edge says so.
+async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message) {
+    let Some(reply) = message.reply.as_ref().map(|r| r.to_string()) else {
+        return bad(&inner, &message.subject, &"a call without a reply subject");
+    };
+    let request: CallRequest = match parse(&message.payload, inner.config.max_message) {
+        Ok(r) => r,
+        Err(e) => {
+            bad(&inner, &message.subject, &e);
+            let refused = WireError::new(
+                ErrorKind::InvalidParams,
+                format!("the edge holding the session could not read the call: {e}"),
+            );
+            let done = Reply::Done { outcome: Answer::of::<Value>(Err(refused)) };
+            return inner.publish(reply, encode(&done)).await;
+        }
+    };
+    inner.publish(reply.clone(), encode(&Reply::Accepted { edge: inner.me.clone() })).await;
+    ClusterCounters::bump(&inner.counters().calls_served);
+    debug!(session = %request.params.session, from = %request.from, "serving a call for another edge");
+    let cancel = CancellationToken::new();
+    lock(&inner.serving).insert(reply.clone(), cancel.clone());
+    let _in_flight = hub.call_guard();
+    let (tx, mut progress) = mpsc::channel(hub.config.outbound_queue.max(1));
+    let relay = request.progress_token.map(|token| ProgressRelay::new(token, tx));
+    let mut call = Box::pin(Local.call(&hub, request.params, &request.owner, relay));
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut call => break Some(outcome),
+            Some(Outbound::Text(frame)) = progress.recv() => {
+                inner.publish(reply.clone(), encode(&Reply::Progress { frame })).await;
+            }
+            () = cancel.cancelled() => break None,
+        }
+    };
+    // Dropped mid-flight, the call tells the device to cancel.
+    drop(call);
+    while let Ok(Outbound::Text(frame)) = progress.try_recv() {
+        inner.publish(reply.clone(), encode(&Reply::Progress { frame })).await;
+    }
+    if let Some(outcome) = outcome {
+        inner.publish(reply.clone(), encode(&Reply::Done { outcome: Answer::of(outcome) })).await;
+    }
+    lock(&inner.serving).remove(&reply);
+}
+
+/// Answers a read another edge's backend made of a session held here.
+async fn serve_read(inner: Arc<Inner>, hub: Arc<Hub>, session: String, message: Message) {
+    let Some(reply) = message.reply.as_ref().map(|r| r.to_string()) else {
+        return bad(&inner, &message.subject, &"a read without a reply subject");
+    };
+    let answer = match parse::<ReadRequest>(&message.payload, inner.config.max_message) {
+        Err(e) => {
+            bad(&inner, &message.subject, &e);
+            Answer::of::<Value>(Err(WireError::new(
+                ErrorKind::InvalidParams,
+                format!("the edge holding the session could not read the request: {e}"),
+            )))
+        }
+        Ok(ReadRequest { op, reader }) => {
+            ClusterCounters::bump(&inner.counters().reads_served);
+            match op {
+                ReadOp::BeginTurn => Answer::of(Local.begin_turn(&hub, &session, &reader).await),
+                ReadOp::Inspect => Answer::of(Local.inspect(&hub, &session, &reader).await),
+                ReadOp::Manifest => {
+                    Answer::of(Local.manifest(&hub, &session, &reader).await.map(Arc::unwrap_or_clone))
+                }
+                ReadOp::List => Answer::of(Local.list(&hub, &reader, Some(&session)).await),
+            }
+        }
+    };
+    inner.publish(reply, encode(&answer)).await;
+}
+
+/// Hands replies to this edge's requests in flight.
+async fn serve_replies(inner: Arc<Inner>, mut replies: Subscriber, shutdown: CancellationToken) {
+    loop {
+        let message = tokio::select! {
+            m = replies.next() => match m { Some(m) => m, None => break },
+            () = shutdown.cancelled() => break,
+        };
+        let Some(id) = subject::reply_id(&message.subject) else {
+            bad(&inner, &message.subject, &"a reply subject without a request id");
+            continue;
+        };
+        let incoming = if message.status == Some(StatusCode::NO_RESPONDERS) {
+            Incoming::NoResponders
+        } else {
+            match parse::<Reply>(&message.payload, inner.config.max_message) {
+                Ok(reply) => Incoming::Reply(reply),
+                Err(e) => {
+                    bad(&inner, &message.subject, &e);
+                    continue;
+                }
+            }
+        };
+        match inner.waiters.deliver(id, incoming) {
+            Ok(()) => {}
+            Err(Undelivered::Late) => {
+                fallback!(
+                    inner.counters().late_replies,
+                    debug,
+                    id,
+                    "reply for a request that already ended dropped"
+                );
+            }
+            Err(Undelivered::ProgressDropped) => {
+                fallback!(
+                    inner.counters().progress_dropped,
+                    debug,
+                    id,
+                    "progress from another edge not relayed: no token, or the backend's queue is full"
+                );
+            }
+        }
+    }
+}
+
+/// Tells this edge's backends what other edges' sessions did.
+async fn serve_events(inner: Arc<Inner>, hub: Arc<Hub>, mut events: Subscriber, shutdown: CancellationToken) {
+    loop {
+        let message = tokio::select! {
+            m = events.next() => match m { Some(m) => m, None => break },
+            () = shutdown.cancelled() => break,
+        };
+        let event: Event = match parse(&message.payload, inner.config.max_message) {
+            Ok(e) => e,
+            Err(e) => {
+                bad(&inner, &message.subject, &e);
+                continue;
+            }
+        };
+        if event.edge == inner.me {
+            continue;
+        }
+        ClusterCounters::bump(&inner.counters().events_received);
+        match &event.event {
+            EventKind::SessionOpened(opened) => {
+                lock(&inner.remote).insert(opened.session.clone(), event.edge.clone());
+            }
+            EventKind::SessionClosed(closed) => {
+                lock(&inner.remote).remove(&closed.session);
+                hub.remember_closed(&closed.session, &closed.reason);
+            }
+            EventKind::ListChanged(_) => {}
+        }
+        hub.publish_here(event.event.into());
+    }
+}
+
+/// Answers `sessions/list` for the other edges with this edge's part.
+async fn serve_lists(inner: Arc<Inner>, hub: Arc<Hub>, mut lists: Subscriber, shutdown: CancellationToken) {
+    loop {
+        let message = tokio::select! {
+            m = lists.next() => match m { Some(m) => m, None => break },
+            () = shutdown.cancelled() => break,
+        };
+        let request: ListRequest = match parse(&message.payload, inner.config.max_message) {
+            Ok(r) => r,
+            Err(e) => {
+                bad(&inner, &message.subject, &e);
+                continue;
+            }
+        };
+        if request.from == inner.me {
+            continue;
+        }
+        let Some(reply) = message.reply.as_ref().map(|r| r.to_string()) else {
+            bad(&inner, &message.subject, &"a list request without a reply subject");
+            continue;
+        };
+        let sessions = Local.list(&hub, &request.reader, None).await.unwrap_or_default();
+        let parts = sessions.chunks(LIST_CHUNK).count().max(1);
+        let mut chunks = sessions.chunks(LIST_CHUNK);
+        for n in 0..parts {
+            let part = chunks.next().map(<[_]>::to_vec).unwrap_or_default();
+            let listed = Reply::Listed { edge: inner.me.clone(), sessions: part, last: n + 1 == parts };
+            inner.publish(reply.clone(), encode(&listed)).await;
+        }
+    }
+}
+
+/// Beats, hears the other edges beat or leave, and loses the silent ones.
+async fn beat(
+    inner: Arc<Inner>,
+    hub: Arc<Hub>,
+    mut beats: Subscriber,
+    mut gone: Subscriber,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(inner.config.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let beat = Beat { edge: inner.me.clone(), sessions: hub.session_count() };
+                inner.publish(subject::BEAT.to_owned(), encode(&beat)).await;
+                for edge in inner.members.sweep() {
+                    fallback!(inner.counters().edges_lost, warn, %edge, timeout_ms = inner.config.edge_timeout.as_millis(), "edge lost: silent past the edge timeout; its calls fail and its sessions close here");
+                    close_remote_sessions(&inner, &hub, &edge);
+                }
+                inner.metrics.edges.set(i64::try_from(inner.members.alive().len()).unwrap_or(i64::MAX));
+            }
+            Some(message) = beats.next() => match parse::<Beat>(&message.payload, inner.config.max_message) {
+                Ok(beat) if beat.edge != inner.me => inner.members.seen(&beat.edge),
+                Ok(_) => {}
+                Err(e) => bad(&inner, &message.subject, &e),
+            },
+            Some(message) = gone.next() => match parse::<Gone>(&message.payload, inner.config.max_message) {
+                Ok(left) if left.edge != inner.me => {
+                    if inner.members.lost(&left.edge) {
+                        info!(edge = %left.edge, "edge left the cluster");
+                    }
+                    close_remote_sessions(&inner, &hub, &left.edge);
+                }
+                Ok(_) => {}
+                Err(e) => bad(&inner, &message.subject, &e),
+            },
+            () = shutdown.cancelled() => break,
+        }
+    }
+}
+
+/// Tells the other edges this one is leaving, so their calls to it fail now.
+pub(crate) async fn leave(inner: &Inner) {
+    inner.publish(subject::GONE.to_owned(), encode(&Gone { edge: inner.me.clone() })).await;
+    if let Err(e) = inner.client.flush().await {
+        fallback!(inner.counters().publish_failures, warn, error = %e, "could not tell the cluster this edge is leaving; the others will lose it by its silence");
+    }
+}
+
+/// Tells this edge's backends that a lost edge's sessions are closed.
+fn close_remote_sessions(inner: &Inner, hub: &Hub, edge: &str) {
+    let sessions: Vec<String> = {
+        let mut remote = lock(&inner.remote);
+        let theirs: Vec<String> =
+            remote.iter().filter(|(_, e)| e.as_str() == edge).map(|(s, _)| s.clone()).collect();
+        for s in &theirs {
+            remote.remove(s);
+        }
+        theirs
+    };
+    for session in sessions {
+        hub.remember_closed(&session, "edge_lost");
+        hub.publish_here(BackendEvent::SessionClosed(SessionClosed { session, reason: "edge_lost".into() }));
+    }
+}

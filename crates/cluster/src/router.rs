@@ -1,0 +1,437 @@
+//! The asking side: a backend on this edge reaching sessions other edges hold.
+//!
+//! Sessions held here go straight to [`Local`]. For the rest, a call is
+//! published to the session's subject with a reply subject of this edge's;
+//! the holder says `accepted` at once, relays progress, then the outcome. No
+//! responders is `session_not_found` at once; a holder lost after accepting
+//! (silent past the edge timeout) fails the call with `channel_closed` then,
+//! not at the end of the 7 s leg.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use tether_contract::backend::{CallParams, CallResponse, Manifest, SessionInfo, SessionInspect, TurnBegun};
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::Leg;
+use tether_counters::fallback;
+use tether_edge::hub::{BackendEvent, Hub};
+use tether_edge::router::{Local, Reader, Routed, Router};
+use tether_edge::session::ProgressRelay;
+use tether_edge::ws::Outbound;
+use tether_rpc::lock;
+
+use crate::counters::ClusterCounters;
+use crate::subject::{self, is_session_token};
+use crate::wire::{encode, parse, Answer, CallRequest, ListRequest, ReadOp, ReadRequest, Reply};
+use crate::Inner;
+
+/// What arrives for one request in flight.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// NATS found no subscriber for the subject: no edge holds the session.
+    NoResponders,
+    /// A holder's reply (progress is relayed before it gets here).
+    Reply(Reply),
+}
+
+#[derive(Debug)]
+struct Waiter {
+    tx: mpsc::UnboundedSender<Incoming>,
+    relay: Option<ProgressRelay>,
+}
+
+/// This edge's requests in flight, by the id their reply subject carries.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Waiter>>,
+}
+
+/// Why a reply found no request.
+#[derive(Debug)]
+pub(crate) enum Undelivered {
+    /// Nobody waits for it any more.
+    Late,
+    /// Progress the backend's queue had no room for.
+    ProgressDropped,
+}
+
+impl Waiters {
+    fn open(&self, relay: Option<ProgressRelay>) -> Waiting<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.open).insert(id, Waiter { tx, relay });
+        Waiting { id, rx, waiters: self }
+    }
+
+    /// Hands a reply to its request; progress goes straight to the backend's
+    /// queue, so it is there before the outcome.
+    pub(crate) fn deliver(&self, id: u64, incoming: Incoming) -> Result<(), Undelivered> {
+        let open = lock(&self.open);
+        let Some(waiter) = open.get(&id) else { return Err(Undelivered::Late) };
+        if let Incoming::Reply(Reply::Progress { frame }) = incoming {
+            let relay = waiter.relay.as_ref().ok_or(Undelivered::ProgressDropped)?;
+            return relay.out.try_send(Outbound::Text(frame)).map_err(|_| Undelivered::ProgressDropped);
+        }
+        waiter.tx.send(incoming).map_err(|_| Undelivered::Late)
+    }
+}
+
+/// One request in flight; dropping it forgets the request.
+struct Waiting<'a> {
+    id: u64,
+    rx: mpsc::UnboundedReceiver<Incoming>,
+    waiters: &'a Waiters,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.waiters.open).remove(&self.id);
+    }
+}
+
+/// A call sent to another edge; if it is dropped before its outcome (the
+/// backend cancelled), the holder is told to cancel it on the device.
+struct Sent<'a> {
+    inner: &'a Inner,
+    session: &'a str,
+    reply: String,
+    done: bool,
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (client, subject, reply) = (
+            self.inner.client.clone(),
+            subject::session_cancel(self.session),
+            std::mem::take(&mut self.reply),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.publish(subject, reply.into()).await;
+            });
+        }
+    }
+}
+
+/// Routes to [`Local`] for sessions held here and over NATS for the rest.
+#[derive(Debug)]
+pub(crate) struct ClusterRouter {
+    inner: Arc<Inner>,
+}
+
+impl ClusterRouter {
+    pub(crate) fn new(inner: Arc<Inner>) -> ClusterRouter {
+        ClusterRouter { inner }
+    }
+
+    fn counters(&self) -> &ClusterCounters {
+        self.inner.counters()
+    }
+
+    /// The answer for a session no edge holds: `channel_closed` with its
+    /// reason if it closed recently (here or, by its event, elsewhere), else
+    /// `session_not_found`.
+    fn absent(hub: &Hub, session: &str) -> WireError {
+        match Local::session(hub, session) {
+            Err(e) => e,
+            Ok(_) => WireError::new(ErrorKind::SessionNotFound, format!("no connected session {session}"))
+                .with("session", session),
+        }
+    }
+
+    fn unreachable(&self, session: &str) -> WireError {
+        fallback!(self.counters().cluster_unreachable, warn, session, nats = %self.inner.config.nats, "request for another edge's session refused: NATS is unreachable");
+        WireError::new(
+            ErrorKind::Overloaded,
+            "this edge cannot reach the cluster right now (NATS is unreachable), so sessions held by other edges are out of reach; retry in a moment",
+        )
+        .with("retry_after_ms", 1000)
+        .with("cluster", "unreachable")
+        .with("session", session)
+    }
+
+    fn edge_lost(&self, session: &str, why: &str) -> WireError {
+        fallback!(
+            self.counters().calls_edge_lost,
+            warn,
+            session,
+            why,
+            "call failed: the edge holding the session was lost"
+        );
+        WireError::channel_closed("edge_lost").with("session", session)
+    }
+
+    /// A read of a session another edge holds.
+    async fn read<T: DeserializeOwned>(
+        &self,
+        hub: &Hub,
+        session: &str,
+        op: ReadOp,
+        reader: &Reader,
+    ) -> Result<T, WireError> {
+        if !is_session_token(session) {
+            return Err(Self::absent(hub, session));
+        }
+        if !self.inner.connected() {
+            return Err(self.unreachable(session));
+        }
+        ClusterCounters::bump(&self.counters().remote_reads);
+        let request = async_nats::Request::new()
+            .payload(encode(&ReadRequest { op, reader: reader.clone() }))
+            .timeout(Some(self.inner.config.read_timeout));
+        match self.inner.client.send_request(subject::session_read(session), request).await {
+            Ok(message) => match parse::<Answer>(&message.payload, self.inner.config.max_message) {
+                Ok(answer) => answer.into_result(),
+                Err(e) => {
+                    fallback!(self.counters().bad_messages, warn, session, error = %e, "read answer from another edge dropped");
+                    Err(WireError::new(
+                        ErrorKind::Internal,
+                        format!("the edge holding the session answered a read with a bad message: {e}"),
+                    ))
+                }
+            },
+            Err(e) => Err(match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => {
+                    fallback!(
+                        self.counters().no_responders,
+                        debug,
+                        session,
+                        "read for a session no edge holds"
+                    );
+                    Self::absent(hub, session)
+                }
+                async_nats::RequestErrorKind::TimedOut => WireError::channel_closed("edge_lost")
+                    .with("session", session)
+                    .with("after_ms", ms(self.inner.config.read_timeout)),
+                _ => self.unreachable(session),
+            }),
+        }
+    }
+
+    /// A call on a session another edge holds.
+    async fn call_remote(
+        &self,
+        hub: &Hub,
+        mut params: CallParams,
+        owner: &str,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse, WireError> {
+        let session = params.session.clone();
+        if !is_session_token(&session) {
+            return Err(Self::absent(hub, &session));
+        }
+        if !self.inner.connected() {
+            return Err(self.unreachable(&session));
+        }
+        ClusterCounters::bump(&self.counters().remote_calls);
+        let (budgets, config) = (self.inner.budgets, &self.inner.config);
+        let leg = params
+            .meta
+            .budget_ms
+            .map(|b| Duration::from_millis(b).min(budgets.tool_call))
+            .unwrap_or(budgets.tool_call);
+        // The holder's legs (call, then a re-read) plus the hop, inside the chain's headroom.
+        let deadline = Instant::now() + leg + budgets.reread + config.hop;
+        // The user's credential was verified here; it does not travel.
+        params.meta.credential = None;
+        let progress_token = progress.as_ref().map(|r| r.token.clone());
+        let mut waiting = self.inner.waiters.open(progress);
+        let reply = subject::reply(&self.inner.me, waiting.id);
+        let request =
+            CallRequest { from: self.inner.me.clone(), owner: owner.to_owned(), params, progress_token };
+        if let Err(e) = self
+            .inner
+            .client
+            .publish_with_reply(subject::session_call(&session), reply.clone(), encode(&request))
+            .await
+        {
+            fallback!(self.counters().publish_failures, warn, session, error = %e, "could not publish a call to NATS");
+            return Err(self.unreachable(&session));
+        }
+        let mut sent = Sent { inner: &self.inner, session: &session, reply, done: false };
+        let accept_by = Instant::now() + config.edge_timeout;
+        let mut holder: Option<watch::Receiver<bool>> = None;
+        loop {
+            tokio::select! {
+                incoming = waiting.rx.recv() => match incoming {
+                    Some(Incoming::NoResponders) => {
+                        sent.done = true;
+                        fallback!(self.counters().no_responders, debug, session, "call for a session no edge holds");
+                        return Err(Self::absent(hub, &session));
+                    }
+                    Some(Incoming::Reply(Reply::Accepted { edge })) => holder = Some(self.inner.members.watch(&edge)),
+                    Some(Incoming::Reply(Reply::Done { outcome })) => {
+                        sent.done = true;
+                        return outcome.into_result();
+                    }
+                    Some(Incoming::Reply(other)) => {
+                        fallback!(self.counters().bad_messages, warn, session, reply = ?other, "unexpected reply to a call dropped");
+                    }
+                    None => return Err(WireError::new(ErrorKind::Internal, "the call's reply channel closed")),
+                },
+                () = lost(&mut holder) => return Err(self.edge_lost(&session, "it went silent past the edge timeout or left")),
+                () = tokio::time::sleep_until(accept_by), if holder.is_none() => {
+                    return Err(self.edge_lost(&session, "no edge took the call within the edge timeout"));
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(WireError::timeout(Leg::ToolCall, ms(leg))
+                        .with("cluster", "the edge holding the session did not answer within the call's legs and the hop"));
+                }
+            }
+        }
+    }
+
+    /// `sessions/list` of every other edge alive; an edge that does not
+    /// answer in time is left out, counted and logged.
+    async fn gather(&self, reader: &Reader) -> Vec<SessionInfo> {
+        let mut expected: HashSet<String> = self.inner.members.alive().into_iter().collect();
+        if expected.is_empty() {
+            return Vec::new();
+        }
+        if !self.inner.connected() {
+            fallback!(self.counters().lists_partial; 1, warn, missing = expected.len(), "sessions/list answered with this edge's sessions only: NATS is unreachable");
+            return Vec::new();
+        }
+        ClusterCounters::bump(&self.counters().lists_gathered);
+        let mut waiting = self.inner.waiters.open(None);
+        let request = ListRequest { from: self.inner.me.clone(), reader: reader.clone() };
+        let reply = subject::reply(&self.inner.me, waiting.id);
+        if let Err(e) = self.inner.client.publish_with_reply(subject::LIST, reply, encode(&request)).await {
+            fallback!(self.counters().publish_failures, warn, error = %e, "could not ask the other edges for their sessions");
+            return Vec::new();
+        }
+        let until = Instant::now() + self.inner.config.read_timeout;
+        let mut sessions = Vec::new();
+        while !expected.is_empty() {
+            tokio::select! {
+                incoming = waiting.rx.recv() => match incoming {
+                    Some(Incoming::Reply(Reply::Listed { edge, sessions: part, last })) => {
+                        sessions.extend(part);
+                        if last {
+                            expected.remove(&edge);
+                        }
+                    }
+                    Some(_) => {}
+                    None => break,
+                },
+                () = tokio::time::sleep_until(until) => {
+                    fallback!(self.counters().lists_partial, warn, missing = ?expected, "sessions/list answered without the edges that did not answer in time");
+                    break;
+                }
+            }
+        }
+        sessions
+    }
+}
+
+/// Resolves when the watched edge is lost; never without one.
+async fn lost(holder: &mut Option<watch::Receiver<bool>>) {
+    match holder {
+        Some(alive) => {
+            let _ = alive.wait_for(|alive| !*alive).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Router for ClusterRouter {
+    fn list<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        reader: &'a Reader,
+        only: Option<&'a str>,
+    ) -> Routed<'a, Vec<SessionInfo>> {
+        Box::pin(async move {
+            match only {
+                Some(id) if hub.session(id).is_some() => Local.list(hub, reader, only).await,
+                Some(id) => match self.read(hub, id, ReadOp::List, reader).await {
+                    Err(e) if matches!(e.kind, ErrorKind::SessionNotFound | ErrorKind::ChannelClosed) => {
+                        Ok(Vec::new())
+                    }
+                    other => other,
+                },
+                None => {
+                    let mut all = Local.list(hub, reader, None).await?;
+                    all.extend(self.gather(reader).await);
+                    all.sort_by(|a, b| a.session.cmp(&b.session));
+                    all.dedup_by(|a, b| a.session == b.session);
+                    Ok(all)
+                }
+            }
+        })
+    }
+
+    fn begin_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, TurnBegun> {
+        if hub.session(session).is_some() {
+            return Local.begin_turn(hub, session, reader);
+        }
+        Box::pin(self.read(hub, session, ReadOp::BeginTurn, reader))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, SessionInspect> {
+        if hub.session(session).is_some() {
+            return Local.inspect(hub, session, reader);
+        }
+        Box::pin(self.read(hub, session, ReadOp::Inspect, reader))
+    }
+
+    fn manifest<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        reader: &'a Reader,
+    ) -> Routed<'a, Arc<Manifest>> {
+        if hub.session(session).is_some() {
+            return Local.manifest(hub, session, reader);
+        }
+        Box::pin(
+            async move { self.read::<Manifest>(hub, session, ReadOp::Manifest, reader).await.map(Arc::new) },
+        )
+    }
+
+    fn call<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: CallParams,
+        owner: &'a str,
+        progress: Option<ProgressRelay>,
+    ) -> Routed<'a, CallResponse> {
+        if hub.session(&params.session).is_some() {
+            return Local.call(hub, params, owner, progress);
+        }
+        Box::pin(self.call_remote(hub, params, owner, progress))
+    }
+
+    fn published(&self, event: &BackendEvent) {
+        // The outbox task sends it in order; it outlives every session.
+        let _ = self.inner.outbox.send(event.clone());
+    }
+
+    fn degraded(&self) -> Option<String> {
+        (!self.inner.connected()).then(|| format!("NATS unreachable at {}", self.inner.config.nats))
+    }
+}

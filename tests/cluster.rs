@@ -1,0 +1,289 @@
+//! Edges joined over NATS, as an operator runs them: a real `nats-server`
+//! and `tether serve --nats` processes on loopback, a simulated device on one
+//! edge and a backend on another. Every process is killed on drop.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is a failed test
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use common::processes::{NatsServer, ServeProc};
+use tether_contract::backend::{CallMeta, CallParams};
+use tether_contract::ErrorKind;
+use tether_core::{BackendLink, Notification};
+use tether_harness::device::tool;
+use tether_harness::{Behavior, DeviceSpec, SimDevice, SimHandle};
+
+const BUDGET: Duration = Duration::from_secs(12);
+const SHORT: Duration = Duration::from_secs(5);
+
+fn call(session: &str, user: &str) -> CallParams {
+    let meta = CallMeta { credential: Some(common::user(user)), ..CallMeta::default() };
+    CallParams { session: session.into(), name: "client__a".into(), arguments: json!({"n": 1}), meta }
+}
+
+async fn backend_on(edge: &ServeProc) -> BackendLink {
+    let token = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
+    BackendLink::connect(&edge.url, &token).await.unwrap()
+}
+
+async fn device_on(edge: &ServeProc, user: &str, spec: DeviceSpec) -> (SimHandle, String) {
+    let mut dev = SimDevice::connect(&edge.url, &common::user(user), spec).await.unwrap();
+    let session = dev.ready().await.expect("the device got a session");
+    (dev, session)
+}
+
+/// Polls `check` until it holds, failing the test past `limit`.
+async fn until<F: Future<Output = bool>>(limit: Duration, what: &str, mut check: impl FnMut() -> F) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A plain-HTTP GET of the edge's probes and metrics.
+async fn get(url: String) -> reqwest::Result<reqwest::Response> {
+    // reqwest is built without a default TLS provider; plain HTTP still needs one installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::get(url).await
+}
+
+async fn readyz(edge: &ServeProc) -> String {
+    match get(format!("{}/readyz", edge.http())).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => format!("unreachable: {e}"),
+    }
+}
+
+async fn metric(edge: &ServeProc, name: &str) -> u64 {
+    let text = get(format!("{}/metrics", edge.http())).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in /metrics"))
+}
+
+/// Waits until every edge is connected to NATS (ready, not degraded).
+async fn joined(edges: &[&ServeProc]) {
+    for edge in edges {
+        until(SHORT, "the edge joins the cluster", || async { readyz(edge).await == "ready\n" }).await;
+    }
+}
+
+async fn next_opened(events: &mut mpsc::Receiver<Notification>, session: &str) {
+    let wait = async {
+        while let Some(n) = events.recv().await {
+            if matches!(&n, Notification::SessionOpened(o) if o.session == session) {
+                return;
+            }
+        }
+        panic!("notifications ended");
+    };
+    tokio::time::timeout(SHORT, wait).await.expect("session_opened reached the other edge's backend");
+}
+
+async fn next_closed(events: &mut mpsc::Receiver<Notification>, session: &str) -> String {
+    let wait = async {
+        while let Some(n) = events.recv().await {
+            if let Notification::SessionClosed(c) = n {
+                if c.session == session {
+                    return c.reason;
+                }
+            }
+        }
+        panic!("notifications ended");
+    };
+    tokio::time::timeout(SHORT, wait).await.expect("session_closed reached the other edge's backend")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_on_any_edge_reaches_a_device_on_another() {
+    let nats = NatsServer::start();
+    let (a, b, c) = (
+        ServeProc::start(&nats.url(), "a"),
+        ServeProc::start(&nats.url(), "b"),
+        ServeProc::start(&nats.url(), "c"),
+    );
+    joined(&[&a, &b, &c]).await;
+    let on_b = backend_on(&b).await;
+    let mut heard_on_b = on_b.notifications().unwrap();
+    let on_a = backend_on(&a).await;
+
+    let (dev, session) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    next_opened(&mut heard_on_b, &session).await;
+
+    // The list spans the cluster; a user sees only their own sessions.
+    let listed = on_a.sessions(&common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(
+        listed.sessions.iter().map(|s| s.session.as_str()).collect::<Vec<_>>(),
+        vec![session.as_str()]
+    );
+    assert!(on_a.sessions(&common::user("eve"), SHORT).await.unwrap().sessions.is_empty());
+    let one = on_a.session_info(&session, &common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(one.sessions.len(), 1, "a list of one session reaches the edge holding it");
+
+    // Calls and reads from A run on C's device.
+    let answer = on_a.call(call(&session, "mira"), BUDGET).await.unwrap();
+    assert_eq!(answer.result.structured_content.as_ref().unwrap()["arguments"], json!({"n": 1}));
+    assert_eq!(dev.observed.calls().len(), 1, "the call reached the device once");
+    let turn = on_a.begin_turn(&session, &common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(turn.session, session);
+    let manifest = on_a.list_tools(&session, &common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(manifest.tools.len(), 1);
+    let inspect = on_a.inspect(&session, &common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(inspect.recent_calls.len(), 1, "the holder remembers the call A made");
+
+    // Ownership is checked where the session lives.
+    let refused = on_a.call(call(&session, "eve"), BUDGET).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::Forbidden);
+    let refused = on_a.inspect(&session, &common::user("eve"), SHORT).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::Forbidden);
+
+    // A session no edge holds: no responders, not found at once.
+    let started = Instant::now();
+    let missing = on_a.call(call("0b6f1c1e-0000-4000-8000-000000000000", "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::SessionNotFound);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "no responders is immediate: {:?}",
+        started.elapsed()
+    );
+
+    // The device leaves: B's backend hears why, and A's late call says the same.
+    drop(dev);
+    let reason = next_closed(&mut heard_on_b, &session).await;
+    let late = on_a.call(call(&session, "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(late.closed_reason(), Some(reason.as_str()), "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_edge_that_holds_a_session_fails_calls_in_flight_within_two_seconds() {
+    let nats = NatsServer::start();
+    let (a, mut c) = (ServeProc::start(&nats.url(), "a"), ServeProc::start(&nats.url(), "c"));
+    joined(&[&a, &c]).await;
+    let on_a = std::sync::Arc::new(backend_on(&a).await);
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let spec = DeviceSpec::minimal(vec![tool("a")]).with("a", Behavior::Silent);
+    let (dev, session) = device_on(&c, "mira", spec).await;
+    next_opened(&mut heard_on_a, &session).await;
+
+    let (link, s) = (std::sync::Arc::clone(&on_a), session.clone());
+    let in_flight = tokio::spawn(async move { link.call(call(&s, "mira"), BUDGET).await });
+    until(SHORT, "the call reaches the device", || async { dev.observed.calls().len() == 1 }).await;
+    let killed = Instant::now();
+    c.proc.kill();
+    let err = in_flight.await.unwrap().unwrap_err();
+    let took = killed.elapsed();
+    assert_eq!(err.closed_reason(), Some("edge_lost"), "{err:?}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "a dead edge fails its calls within 2 s, not the 7 s leg: {took:?}"
+    );
+    assert_eq!(
+        next_closed(&mut heard_on_a, &session).await,
+        "edge_lost",
+        "its sessions close for backends elsewhere"
+    );
+    let after = on_a.call(call(&session, "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(after.closed_reason(), Some("edge_lost"), "{after:?}");
+    assert!(on_a.sessions(&common::user("mira"), SHORT).await.unwrap().sessions.is_empty());
+    assert!(metric(&a, "tether_cluster_calls_edge_lost_total").await >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_nats_local_calls_work_remote_ones_fail_structured_and_it_recovers() {
+    let mut nats = NatsServer::start();
+    let (a, c) = (ServeProc::start(&nats.url(), "a"), ServeProc::start(&nats.url(), "c"));
+    joined(&[&a, &c]).await;
+    let on_a = backend_on(&a).await;
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let (_local_dev, local) = device_on(&a, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    let (_remote_dev, remote) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    next_opened(&mut heard_on_a, &remote).await;
+    on_a.call(call(&remote, "mira"), BUDGET).await.unwrap();
+
+    nats.stop();
+    until(SHORT, "the edge says it is degraded", || async { readyz(&a).await.contains("degraded") }).await;
+    on_a.call(call(&local, "mira"), BUDGET).await.expect("local sessions keep working without NATS");
+    let started = Instant::now();
+    let err = on_a.call(call(&remote, "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Overloaded, "{err:?}");
+    assert_eq!(err.detail("cluster"), Some(&json!("unreachable")));
+    assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
+    assert_eq!(metric(&a, "tether_cluster_connected").await, 0);
+
+    nats.restart();
+    until(Duration::from_secs(15), "remote calls work again once NATS is back", || async {
+        on_a.call(call(&remote, "mira"), BUDGET).await.is_ok()
+    })
+    .await;
+    assert_eq!(readyz(&a).await, "ready\n");
+    assert_eq!(metric(&a, "tether_cluster_connected").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_leg_governs_a_remote_call_and_fits_the_budget_chain() {
+    let nats = NatsServer::start();
+    let (a, c) = (ServeProc::start(&nats.url(), "a"), ServeProc::start(&nats.url(), "c"));
+    joined(&[&a, &c]).await;
+    let on_a = backend_on(&a).await;
+    let spec = DeviceSpec::minimal(vec![tool("a")]).with("a", Behavior::Silent);
+    let (dev, session) = device_on(&c, "mira", spec).await;
+    let mut params = call(&session, "mira");
+    params.meta.budget_ms = Some(1_000);
+    let started = Instant::now();
+    let err = on_a.call(params, BUDGET).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.timed_out_leg(), Some(tether_contract::Leg::ToolCall), "{err:?}");
+    assert!(err.detail("cluster").is_none(), "the holder's own leg expired, not the hop: {err:?}");
+    assert!(took >= Duration::from_millis(1_000) && took < Duration::from_millis(1_500), "{took:?}");
+    until(SHORT, "the device is told to cancel", || async { !dev.observed.cancels().is_empty() }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_on_tether_subjects_are_counted_and_dropped() {
+    let nats = NatsServer::start();
+    let (a, c) = (ServeProc::start(&nats.url(), "a"), ServeProc::start(&nats.url(), "c"));
+    joined(&[&a, &c]).await;
+    let on_a = backend_on(&a).await;
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let (_dev, session) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    next_opened(&mut heard_on_a, &session).await;
+
+    let intruder = async_nats::connect(nats.url()).await.unwrap();
+    let garbage: &[(&str, &[u8])] = &[
+        ("tether.beat", b"not json"),
+        ("tether.gone", b"{\"edge\":7}"),
+        ("tether.events", b"{\"edge\":\"x\",\"event\":\"nope\"}"),
+        ("tether.list", b"[]"),
+        ("tether.r.a.1", b"{\"type\":\"done\"}"),
+        ("tether.r.a.x", b"{}"),
+    ];
+    for (subject, payload) in garbage {
+        intruder.publish(*subject, payload.to_vec().into()).await.unwrap();
+    }
+    let oversized = vec![b'x'; 2 << 20];
+    let _ = intruder.publish("tether.beat", oversized.into()).await;
+    // A malformed call with a reply gets a structured refusal, not silence.
+    let reply =
+        intruder.request(format!("tether.s.{session}.call"), b"{\"owner\":1}".to_vec().into()).await.unwrap();
+    let answered: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(answered["type"], "done", "{answered}");
+    assert_eq!(answered["outcome"]["err"]["data"]["kind"], "invalid_params", "{answered}");
+    intruder.flush().await.unwrap();
+
+    until(SHORT, "the bad messages are counted", || async {
+        metric(&a, "tether_cluster_bad_messages_total").await >= 5
+    })
+    .await;
+    on_a.call(call(&session, "mira"), BUDGET).await.expect("the cluster still works");
+}

@@ -1,0 +1,144 @@
+//! Real processes for cluster tests: a NATS server and `tether serve` edges,
+//! each on a free loopback port and killed on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// Kills the process now, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads `child`'s `stream` until a line containing `marker`; panics past 30 s.
+fn line_with(stream: impl std::io::Read + Send + 'static, marker: &'static str) -> String {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if line.contains(marker) {
+                let _ = tx.send(line);
+                // Keep draining so the child never blocks on a full pipe.
+                continue;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no line with {marker:?} within 30 s"))
+}
+
+/// Debian's `nats-server` on 127.0.0.1, stopped on drop. A test that needs
+/// it fails (never skips) when it cannot start.
+pub struct NatsServer {
+    pub port: u16,
+    proc: Option<Proc>,
+}
+
+impl NatsServer {
+    /// Starts on a free port the server picks itself.
+    pub fn start() -> NatsServer {
+        NatsServer::on_port(None)
+    }
+
+    fn on_port(port: Option<u16>) -> NatsServer {
+        let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
+        let mut child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port_arg])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nats-server must be installed (Debian: apt install nats-server; .ci/run installs it)");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let line = line_with(stderr, "Listening for client connections on");
+        let port = line
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        NatsServer { port, proc: Some(Proc(child)) }
+    }
+
+    /// The URL edges join with.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server, as an outage would.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        *self = NatsServer::on_port(Some(self.port));
+    }
+}
+
+/// `tether serve --nats …` on 127.0.0.1:0 with the test secret.
+pub struct ServeProc {
+    /// `ws://127.0.0.1:PORT`.
+    pub url: String,
+    pub proc: Proc,
+    data: PathBuf,
+}
+
+impl ServeProc {
+    /// Starts an edge named `name` in the cluster on `nats`.
+    pub fn start(nats: &str, name: &str) -> ServeProc {
+        let data = std::env::temp_dir().join(format!(
+            "tether-cluster-{}-{name}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&data).expect("data dir");
+        let config = data.join("tether.toml");
+        std::fs::write(&config, format!("[cluster]\nname = \"{name}\"\n")).expect("config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--nats", nats, "--config"])
+            .arg(&config)
+            .env("TETHER_JWT_SECRET", super::SECRET)
+            .env("TETHER_DATA_DIR", &data)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tether serve starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let line = line_with(stdout, "listening on ws://");
+        let url = line.trim().trim_start_matches("listening on ").to_owned();
+        ServeProc { url, proc: Proc(child), data }
+    }
+
+    /// The edge's HTTP base (probes, metrics).
+    pub fn http(&self) -> String {
+        self.url.replacen("ws://", "http://", 1)
+    }
+}
+
+impl Drop for ServeProc {
+    fn drop(&mut self) {
+        self.proc.kill();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
