@@ -287,3 +287,63 @@ async fn bad_messages_on_tether_subjects_are_counted_and_dropped() {
     .await;
     on_a.call(call(&session, "mira"), BUDGET).await.expect("the cluster still works");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses_nothing() {
+    use tether_harness::soak::{run, Load, SoakConfig, DEFAULT_CALL_BUDGET, DEFAULT_FAULTS};
+    let mut nats = NatsServer::start();
+    let (a, b, mut c) = (
+        ServeProc::start(&nats.url(), "a"),
+        ServeProc::start(&nats.url(), "b"),
+        ServeProc::start(&nats.url(), "c"),
+    );
+    joined(&[&a, &b, &c]).await;
+    let day = Duration::from_secs(86_400);
+    let devices = 60;
+    let config = SoakConfig {
+        edge: a.url.clone(),
+        device_edges: vec![a.url.clone(), b.url.clone(), c.url.clone()],
+        client_tokens: (0..devices)
+            .map(|i| common::keys().issue(&format!("soak-device-{i}"), "tether-client", day).unwrap())
+            .collect(),
+        backend_token: common::keys().issue("soak-driver", "tether-backend", day).unwrap(),
+        devices,
+        duration: Duration::from_secs(12),
+        load: Load::Concurrency(16),
+        faults: DEFAULT_FAULTS.into(),
+        seed: 13,
+        progress: false,
+        call_budget: DEFAULT_CALL_BUDGET,
+        fleet_deadline: Duration::from_secs(30),
+    };
+    let soak = tokio::spawn(run(config));
+    // Faults land while load runs: each after A has answered more calls.
+    let answered = |n: u64| {
+        let a = &a;
+        move || async move { metric(a, "tether_calls_ok_total").await >= n }
+    };
+    until(Duration::from_secs(40), "load starts", answered(300)).await;
+    c.restart();
+    until(SHORT, "the restarted edge rejoins", || async { readyz(&c).await == "ready\n" }).await;
+    let before_outage = metric(&a, "tether_calls_ok_total").await;
+    until(Duration::from_secs(20), "load goes on", answered(before_outage + 300)).await;
+    nats.stop();
+    until(SHORT, "the edge sees NATS gone", || async { readyz(&a).await.contains("degraded") }).await;
+    nats.restart();
+    joined(&[&a, &b, &c]).await;
+
+    let report = soak.await.unwrap().unwrap();
+    eprint!("{}", report.table());
+    assert!(report.violations().is_empty(), "{:?}", report.violations());
+    assert_eq!((report.lost_calls, report.duplicate_outcomes, report.misrouted_results), (0, 0, 0));
+    let outcome = |k: &str| report.outcomes.get(k).copied().unwrap_or(0);
+    assert!(
+        outcome("overloaded") > 0,
+        "calls met the NATS outage and were refused structured: {:?}",
+        report.outcomes
+    );
+    assert!(
+        metric(&a, "tether_cluster_remote_calls_total").await > 0,
+        "calls crossed edges (devices on B and C, the backend on A)"
+    );
+}

@@ -19,6 +19,7 @@ fn config(edge: &LiveEdge, devices: usize, secs: u64, faults: &str) -> SoakConfi
     let day = Duration::from_secs(86_400);
     SoakConfig {
         edge: edge.url.clone(),
+        device_edges: Vec::new(),
         client_tokens: (0..devices)
             .map(|i| keys().issue(&format!("soak-device-{i}"), "tether-client", day).unwrap())
             .collect(),

@@ -35,6 +35,10 @@ pub(crate) struct Args {
     /// A running edge; without it an edge is embedded in this process.
     #[arg(long)]
     edge: Option<String>,
+    /// Edges of the same cluster the devices connect to, round-robin (repeat
+    /// the flag); by default they connect to --edge, where the backend is.
+    #[arg(long = "device-edge", requires = "edge")]
+    device_edges: Vec<String>,
     /// Write the report as JSON here (and a plot next to it, .svg).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -68,6 +72,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     let day = Duration::from_secs(86_400);
     let cfg = SoakConfig {
         edge: url,
+        device_edges: args.device_edges,
         // One principal per device, as a real fleet has: the edge's per-principal limit never bites.
         client_tokens: (0..args.devices)
             .map(|i| keys.issue(&format!("soak-device-{i}"), AUD_CLIENT, day))

@@ -89,30 +89,40 @@ impl NatsServer {
     }
 }
 
-/// `tether serve --nats …` on 127.0.0.1:0 with the test secret.
+/// `tether serve --nats …` on 127.0.0.1 with the test secret.
 pub struct ServeProc {
     /// `ws://127.0.0.1:PORT`.
     pub url: String,
     pub proc: Proc,
+    nats: String,
     data: PathBuf,
 }
 
 impl ServeProc {
-    /// Starts an edge named `name` in the cluster on `nats`.
+    /// Starts an edge named `name` in the cluster on `nats`, on a free port.
     pub fn start(nats: &str, name: &str) -> ServeProc {
-        let data = std::env::temp_dir().join(format!(
-            "tether-cluster-{}-{name}-{}",
-            std::process::id(),
-            rand_suffix()
-        ));
+        let unique = format!("tether-cluster-{}-{name}-{}", std::process::id(), rand_suffix());
+        let data = std::env::temp_dir().join(unique);
         std::fs::create_dir_all(&data).expect("data dir");
-        let config = data.join("tether.toml");
-        std::fs::write(&config, format!("[cluster]\nname = \"{name}\"\n")).expect("config");
+        std::fs::write(data.join("tether.toml"), format!("[cluster]\nname = \"{name}\"\n")).expect("config");
+        let (url, proc) = ServeProc::spawn(nats, &data, "127.0.0.1:0");
+        ServeProc { url, proc, nats: nats.to_owned(), data }
+    }
+
+    /// Kills the edge (as a crash would) and starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.proc.kill();
+        let listen = self.url.trim_start_matches("ws://").to_owned();
+        let (url, proc) = ServeProc::spawn(&self.nats, &self.data, &listen);
+        (self.url, self.proc) = (url, proc);
+    }
+
+    fn spawn(nats: &str, data: &std::path::Path, listen: &str) -> (String, Proc) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--nats", nats, "--config"])
-            .arg(&config)
+            .args(["serve", "--listen", listen, "--nats", nats, "--config"])
+            .arg(data.join("tether.toml"))
             .env("TETHER_JWT_SECRET", super::SECRET)
-            .env("TETHER_DATA_DIR", &data)
+            .env("TETHER_DATA_DIR", data)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -121,7 +131,7 @@ impl ServeProc {
         let stdout = child.stdout.take().expect("piped stdout");
         let line = line_with(stdout, "listening on ws://");
         let url = line.trim().trim_start_matches("listening on ").to_owned();
-        ServeProc { url, proc: Proc(child), data }
+        (url, Proc(child))
     }
 
     /// The edge's HTTP base (probes, metrics).

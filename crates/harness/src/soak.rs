@@ -52,8 +52,11 @@ type Live = (String, Arc<str>);
 /// Everything a soak run needs.
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
-    /// Edge address, `ws://host:port`.
+    /// Edge address, `ws://host:port`: the backend's edge.
     pub edge: String,
+    /// Edges the devices connect to, device `i` to edge `i % len` (a cluster
+    /// soak); empty means `edge`. Metrics are summed over all of them.
+    pub device_edges: Vec<String>,
     /// Device tokens (`aud` tether-client), one principal per device as a real
     /// fleet has (device `i` uses token `i % len`); each also serves as the
     /// user credential of the calls to that device's session.
@@ -320,6 +323,21 @@ async fn scrape(edge: &str) -> Option<EdgeSample> {
     })
 }
 
+/// The metrics of several edges summed; an edge that does not answer (it is
+/// restarting) counts nothing.
+async fn scrape_all(edges: &[String]) -> EdgeSample {
+    let mut sum = EdgeSample::default();
+    for edge in edges {
+        if let Some(s) = scrape(edge).await {
+            sum.rss += s.rss;
+            sum.late += s.late;
+            sum.in_flight += s.in_flight;
+            sum.sessions += s.sessions;
+        }
+    }
+    sum
+}
+
 /// One plain GET over hyper's client (the edge keeps connections alive, so
 /// reading to EOF would wait for its idle timeout).
 async fn http_get(addr: &str, path: &str) -> Option<String> {
@@ -355,7 +373,13 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             .await
             .map_err(|source| HarnessError::Link { url: cfg.edge.clone(), source })?,
     );
-    let start_sample = scrape(&cfg.edge).await.unwrap_or_default();
+    let device_edges =
+        if cfg.device_edges.is_empty() { vec![cfg.edge.clone()] } else { cfg.device_edges.clone() };
+    let mut edges = device_edges.clone();
+    if !edges.contains(&cfg.edge) {
+        edges.push(cfg.edge.clone());
+    }
+    let start_sample = scrape_all(&edges).await;
     let live: Arc<Mutex<Vec<Live>>> = Arc::default();
     let tally = Arc::new(Tally {
         latency: Mutex::new(histogram()),
@@ -370,7 +394,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     let mut device_tasks = Vec::with_capacity(cfg.devices);
     for i in 0..cfg.devices {
         let (edge, token, mix, live, tally) = (
-            cfg.edge.clone(),
+            device_edges[i % device_edges.len()].clone(),
             Arc::<str>::from(
                 cfg.client_tokens.get(i % cfg.client_tokens.len().max(1)).map_or("", String::as_str),
             ),
@@ -550,9 +574,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
                     latency: h.as_ref().map(Percentiles::of).unwrap_or_default(),
                 });
                 last_completed = completed;
-                if let Some(s) = scrape(&cfg.edge).await {
-                    peak_rss = peak_rss.max(s.rss);
-                }
+                peak_rss = peak_rss.max(scrape_all(&edges).await.rss);
                 if let Some(bar) = &bar {
                     bar.set_position(second);
                     let outcomes = lock(&sampler_tally.outcomes).get("ok").copied().unwrap_or(0);
@@ -573,8 +595,8 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
         bar.finish_and_clear();
     }
     let elapsed = started_at.elapsed();
-    let sessions_connected = scrape(&cfg.edge).await.map_or_else(|| lock(&live).len() as u64, |s| s.sessions);
-    let end = settle_late_answers(&cfg.edge, &mix, start_sample.late).await;
+    let sessions_connected = scrape_all(&edges).await.sessions;
+    let end = settle_late_answers(&edges, &mix, start_sample.late).await;
     peak_rss = peak_rss.max(end.rss);
     for d in device_tasks {
         d.abort();
@@ -617,7 +639,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
 /// found its socket gone), then until the edge has counted the sent ones; the
 /// second wait is bounded by [`LATE_SETTLE`] because an answer can still be
 /// lost with a socket that closes as it is written. Returns the edge's metrics.
-async fn settle_late_answers(edge: &str, mix: &FaultMix, late_at_start: u64) -> EdgeSample {
+async fn settle_late_answers(edges: &[String], mix: &FaultMix, late_at_start: u64) -> EdgeSample {
     // Each is due `late_after` after its call reached the device, and every call has joined.
     let due = Instant::now() + mix.late_after + LATE_SETTLE;
     while mix.late_settled() < mix.injected(Fault::Late) && Instant::now() < due {
@@ -625,7 +647,7 @@ async fn settle_late_answers(edge: &str, mix: &FaultMix, late_at_start: u64) -> 
     }
     let deadline = Instant::now() + LATE_SETTLE;
     loop {
-        let sample = scrape(edge).await.unwrap_or_default();
+        let sample = scrape_all(edges).await;
         if sample.late.saturating_sub(late_at_start) >= mix.late_sent() || Instant::now() >= deadline {
             return sample;
         }
