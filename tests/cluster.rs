@@ -72,6 +72,11 @@ async fn metric(edge: &ServeProc, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no metric {name} in /metrics"))
 }
 
+/// A cluster counter of `edge` (`tether_cluster_{name}_total`).
+async fn cluster(edge: &ServeProc, name: &str) -> u64 {
+    metric(edge, &format!("tether_cluster_{name}_total")).await
+}
+
 /// Waits until every edge is connected to NATS (ready, not degraded).
 async fn joined(edges: &[&ServeProc]) {
     for edge in edges {
@@ -163,6 +168,17 @@ async fn a_backend_on_any_edge_reaches_a_device_on_another() {
     let reason = next_closed(&mut heard_on_b, &session).await;
     let late = on_a.call(call(&session, "mira"), BUDGET).await.unwrap_err();
     assert_eq!(late.closed_reason(), Some(reason.as_str()), "{late:?}");
+
+    // What crossed, counted on both sides.
+    assert!(cluster(&a, "remote_calls").await >= 1);
+    assert!(cluster(&a, "remote_reads").await >= 1);
+    assert!(cluster(&a, "lists_gathered").await >= 1);
+    assert!(cluster(&a, "no_responders").await >= 1);
+    assert!(cluster(&a, "events_received").await >= 1);
+    assert!(cluster(&a, "nats_connects").await >= 1);
+    assert!(cluster(&c, "calls_served").await >= 1);
+    assert!(cluster(&c, "reads_served").await >= 1);
+    assert!(cluster(&c, "events_sent").await >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +212,8 @@ async fn killing_the_edge_that_holds_a_session_fails_calls_in_flight_within_two_
     let after = on_a.call(call(&session, "mira"), BUDGET).await.unwrap_err();
     assert_eq!(after.closed_reason(), Some("edge_lost"), "{after:?}");
     assert!(on_a.sessions(&common::user("mira"), SHORT).await.unwrap().sessions.is_empty());
-    assert!(metric(&a, "tether_cluster_calls_edge_lost_total").await >= 1);
+    assert!(cluster(&a, "calls_edge_lost").await >= 1);
+    assert!(cluster(&a, "edges_lost").await >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,12 +224,32 @@ async fn without_nats_local_calls_work_remote_ones_fail_structured_and_it_recove
     let on_a = backend_on(&a).await;
     let mut heard_on_a = on_a.notifications().unwrap();
     let (_local_dev, local) = device_on(&a, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
-    let (_remote_dev, remote) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    let spec = DeviceSpec::minimal(vec![tool("a"), tool("b")]).with("b", Behavior::Silent);
+    let (remote_dev, remote) = device_on(&c, "mira", spec).await;
     next_opened(&mut heard_on_a, &remote).await;
     on_a.call(call(&remote, "mira"), BUDGET).await.unwrap();
+    let on_a = std::sync::Arc::new(on_a);
+    let (link, s) = (std::sync::Arc::clone(&on_a), remote.clone());
+    let in_flight = tokio::spawn(async move {
+        let mut params = call(&s, "mira");
+        params.name = "client__b".into();
+        link.call(params, BUDGET).await
+    });
+    until(SHORT, "the call reaches the device", || async { remote_dev.observed.calls().len() == 2 }).await;
 
     nats.stop();
+    let cut = Instant::now();
+    let err = in_flight.await.unwrap().unwrap_err();
+    assert_eq!(err.closed_reason(), Some("cluster_unreachable"), "{err:?}");
+    assert!(
+        cut.elapsed() < Duration::from_secs(2),
+        "a call in flight fails when NATS goes: {:?}",
+        cut.elapsed()
+    );
     until(SHORT, "the edge says it is degraded", || async { readyz(&a).await.contains("degraded") }).await;
+    let listed = on_a.sessions(&common::user("mira"), SHORT).await.unwrap();
+    assert_eq!(listed.sessions.len(), 1, "only this edge's own session is listed without NATS");
+    assert!(cluster(&a, "lists_partial").await >= 1);
     on_a.call(call(&local, "mira"), BUDGET).await.expect("local sessions keep working without NATS");
     let started = Instant::now();
     let err = on_a.call(call(&remote, "mira"), BUDGET).await.unwrap_err();
@@ -220,6 +257,8 @@ async fn without_nats_local_calls_work_remote_ones_fail_structured_and_it_recove
     assert_eq!(err.detail("cluster"), Some(&json!("unreachable")));
     assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
     assert_eq!(metric(&a, "tether_cluster_connected").await, 0);
+    assert!(cluster(&a, "cluster_unreachable").await >= 2);
+    assert!(cluster(&a, "nats_disconnects").await >= 1);
 
     nats.restart();
     until(Duration::from_secs(15), "remote calls work again once NATS is back", || async {
@@ -228,6 +267,12 @@ async fn without_nats_local_calls_work_remote_ones_fail_structured_and_it_recove
     .await;
     assert_eq!(readyz(&a).await, "ready\n");
     assert_eq!(metric(&a, "tether_cluster_connected").await, 1);
+    assert!(cluster(&a, "nats_connects").await >= 2);
+    assert_eq!(
+        cluster(&a, "edges_lost").await,
+        0,
+        "an outage of NATS loses no edge: the silence was not theirs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,6 +312,7 @@ async fn bad_messages_on_tether_subjects_are_counted_and_dropped() {
         ("tether.list", b"[]"),
         ("tether.r.a.1", b"{\"type\":\"done\"}"),
         ("tether.r.a.x", b"{}"),
+        ("tether.r.a.999999", b"{\"type\":\"accepted\",\"edge\":\"x\"}"),
     ];
     for (subject, payload) in garbage {
         intruder.publish(*subject, payload.to_vec().into()).await.unwrap();
@@ -285,7 +331,30 @@ async fn bad_messages_on_tether_subjects_are_counted_and_dropped() {
         metric(&a, "tether_cluster_bad_messages_total").await >= 5
     })
     .await;
+    assert!(cluster(&a, "bad_messages").await >= 5);
+    until(SHORT, "a reply for no request is counted", || async { cluster(&a, "late_replies").await >= 1 })
+        .await;
     on_a.call(call(&session, "mira"), BUDGET).await.expect("the cluster still works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_larger_than_nats_carries_is_payload_too_large_not_a_wait() {
+    let nats = NatsServer::with_config("max_payload: 2048\n");
+    let (a, c) = (ServeProc::start(&nats.url(), "a"), ServeProc::start(&nats.url(), "c"));
+    joined(&[&a, &c]).await;
+    let on_a = backend_on(&a).await;
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let (dev, session) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    next_opened(&mut heard_on_a, &session).await;
+    let mut params = call(&session, "mira");
+    params.arguments = json!({ "blob": "x".repeat(4000) });
+    let started = Instant::now();
+    let err = on_a.call(params, BUDGET).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(dev.observed.calls().is_empty(), "nothing reached the device");
+    assert!(cluster(&a, "publish_failures").await >= 1);
+    on_a.call(call(&session, "mira"), BUDGET).await.expect("a call that fits still crosses");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

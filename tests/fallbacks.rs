@@ -455,6 +455,15 @@ fn every_counter_is_documented_and_driven_by_a_test() {
     check_counters(EdgeCounters::describe(), "tether_", &["tests", "crates/edge"]);
 }
 
+#[test]
+fn every_cluster_counter_is_documented_and_driven_by_a_test() {
+    check_counters(
+        tether_cluster::ClusterCounters::describe(),
+        "tether_cluster_",
+        &["tests", "crates/cluster"],
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_list_changed_is_coalesced_and_rate_limited() {
     let edge = DuplexEdge::new();

@@ -44,17 +44,30 @@ fn line_with(stream: impl std::io::Read + Send + 'static, marker: &'static str) 
 pub struct NatsServer {
     pub port: u16,
     proc: Option<Proc>,
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
     /// Starts on a free port the server picks itself.
     pub fn start() -> NatsServer {
-        NatsServer::on_port(None)
+        NatsServer::on_port(None, None)
     }
 
-    fn on_port(port: Option<u16>) -> NatsServer {
+    /// Starts with a server configuration file's `text` (e.g. `max_payload: 2048`).
+    pub fn with_config(text: &str) -> NatsServer {
+        let path =
+            std::env::temp_dir().join(format!("tether-nats-{}-{}.conf", std::process::id(), rand_suffix()));
+        std::fs::write(&path, text).expect("nats config");
+        NatsServer::on_port(None, Some(path))
+    }
+
+    fn on_port(port: Option<u16>, config: Option<PathBuf>) -> NatsServer {
         let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
-        let mut child = Command::new("nats-server")
+        let mut command = Command::new("nats-server");
+        if let Some(config) = &config {
+            command.arg("-c").arg(config);
+        }
+        let mut child = command
             .args(["-a", "127.0.0.1", "-p", &port_arg])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -67,7 +80,7 @@ impl NatsServer {
             .next()
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("no port in {line:?}"));
-        NatsServer { port, proc: Some(Proc(child)) }
+        NatsServer { port, proc: Some(Proc(child)), config }
     }
 
     /// The URL edges join with.
@@ -85,7 +98,7 @@ impl NatsServer {
     /// Starts it again on the same port.
     pub fn restart(&mut self) {
         self.stop();
-        *self = NatsServer::on_port(Some(self.port));
+        *self = NatsServer::on_port(Some(self.port), self.config.take());
     }
 }
 

@@ -49,14 +49,27 @@ tether_counters::counters! {
     }
 }
 
-/// The cluster's counters and its connection gauge.
-#[derive(Debug, Default)]
+/// The cluster's counters, its gauges, and the connection state calls watch.
+#[derive(Debug)]
 pub(crate) struct ClusterMetrics {
     pub(crate) counters: ClusterCounters,
     /// 1 while connected to NATS.
     pub(crate) connected: Gauge,
     /// Other edges alive, as this edge sees them.
     pub(crate) edges: Gauge,
+    /// True while connected to NATS: a call in flight to another edge fails when it turns false.
+    pub(crate) connection: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for ClusterMetrics {
+    fn default() -> Self {
+        ClusterMetrics {
+            counters: ClusterCounters::default(),
+            connected: Gauge::default(),
+            edges: Gauge::default(),
+            connection: tokio::sync::watch::channel(false).0,
+        }
+    }
 }
 
 impl ClusterMetrics {

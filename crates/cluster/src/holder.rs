@@ -239,24 +239,25 @@ async fn serve_replies(inner: Arc<Inner>, mut replies: Subscriber, shutdown: Can
                 }
             }
         };
-        match inner.waiters.deliver(id, incoming) {
-            Ok(()) => {}
-            Err(Undelivered::Late) => {
-                fallback!(
-                    inner.counters().late_replies,
-                    debug,
-                    id,
-                    "reply for a request that already ended dropped"
-                );
-            }
-            Err(Undelivered::ProgressDropped) => {
-                fallback!(
-                    inner.counters().progress_dropped,
-                    debug,
-                    id,
-                    "progress from another edge not relayed: no token, or the backend's queue is full"
-                );
-            }
+        if let Err(undelivered) = inner.waiters.deliver(id, incoming) {
+            count_undelivered(inner.counters(), id, &undelivered);
+        }
+    }
+}
+
+/// Counts and logs a reply that reached no request.
+fn count_undelivered(counters: &ClusterCounters, id: u64, undelivered: &Undelivered) {
+    match undelivered {
+        Undelivered::Late => {
+            fallback!(counters.late_replies, debug, id, "reply for a request that already ended dropped");
+        }
+        Undelivered::ProgressDropped => {
+            fallback!(
+                counters.progress_dropped,
+                debug,
+                id,
+                "progress from another edge not relayed: no token, or the backend's queue is full"
+            );
         }
     }
 }
@@ -340,7 +341,14 @@ async fn beat(
             _ = tick.tick() => {
                 let beat = Beat { edge: inner.me.clone(), sessions: hub.session_count() };
                 inner.publish(subject::BEAT.to_owned(), encode(&beat)).await;
-                for edge in inner.members.sweep() {
+                // Silence heard while this edge is cut off from NATS is its own: lose no one for it.
+                let lost = if inner.connected() {
+                    inner.members.sweep()
+                } else {
+                    inner.members.touch_all();
+                    Vec::new()
+                };
+                for edge in lost {
                     fallback!(inner.counters().edges_lost, warn, %edge, timeout_ms = inner.config.edge_timeout.as_millis(), "edge lost: silent past the edge timeout; its calls fail and its sessions close here");
                     close_remote_sessions(&inner, &hub, &edge);
                 }
@@ -388,5 +396,19 @@ fn close_remote_sessions(inner: &Inner, hub: &Hub, edge: &str) {
     for session in sessions {
         hub.remember_closed(&session, "edge_lost");
         hub.publish_here(BackendEvent::SessionClosed(SessionClosed { session, reason: "edge_lost".into() }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_for_no_request_and_progress_nobody_asked_for_are_counted() {
+        let counters = ClusterCounters::default();
+        count_undelivered(&counters, 7, &Undelivered::Late);
+        count_undelivered(&counters, 8, &Undelivered::ProgressDropped);
+        assert_eq!(counters.get("late_replies"), 1);
+        assert_eq!(counters.get("progress_dropped"), 1);
     }
 }

@@ -152,8 +152,10 @@ impl Inner {
         &self.metrics.counters
     }
 
+    /// Whether NATS is reachable, as the client's connection events say (the
+    /// one source `/readyz`, refusals and calls in flight all read).
     pub(crate) fn connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
+        *self.metrics.connection.borrow()
     }
 
     /// Publishes, counting a failure (the client queues while reconnecting).
@@ -251,10 +253,12 @@ fn connection_event(metrics: &ClusterMetrics, url: &str, event: &async_nats::Eve
         async_nats::Event::Connected => {
             ClusterCounters::bump(&metrics.counters.nats_connects);
             metrics.connected.set(1);
+            metrics.connection.send_replace(true);
             info!(nats = %url, "connected to NATS: the cluster is whole");
         }
         async_nats::Event::Disconnected => {
             metrics.connected.set(0);
+            metrics.connection.send_replace(false);
             fallback!(metrics.counters.nats_disconnects, warn, nats = %url, "lost NATS: serving this edge's sessions only until it returns");
         }
         other => tracing::debug!(nats = %url, event = %other, "NATS client event"),

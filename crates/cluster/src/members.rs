@@ -76,6 +76,15 @@ impl Members {
         lost
     }
 
+    /// Counts every edge as just heard: while this edge is cut off from NATS
+    /// their silence is not theirs, and after it they get a full timeout to beat.
+    pub(crate) fn touch_all(&self) {
+        let now = Instant::now();
+        for m in lock(&self.edges).values_mut() {
+            m.last = now;
+        }
+    }
+
     /// The edges alive now.
     pub(crate) fn alive(&self) -> Vec<String> {
         lock(&self.edges).keys().cloned().collect()

@@ -256,11 +256,20 @@ impl ClusterRouter {
             .await
         {
             fallback!(self.counters().publish_failures, warn, session, error = %e, "could not publish a call to NATS");
+            if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
+                return Err(WireError::new(
+                    ErrorKind::PayloadTooLarge,
+                    format!("the call is larger than the cluster carries (NATS max_payload {} bytes); send smaller arguments", self.inner.client.max_payload()),
+                )
+                .with("direction", "request")
+                .with("limit", self.inner.client.max_payload()));
+            }
             return Err(self.unreachable(&session));
         }
         let mut sent = Sent { inner: &self.inner, session: &session, reply, done: false };
         let accept_by = Instant::now() + config.edge_timeout;
         let mut holder: Option<watch::Receiver<bool>> = None;
+        let mut connection = self.inner.metrics.connection.subscribe();
         loop {
             tokio::select! {
                 incoming = waiting.rx.recv() => match incoming {
@@ -280,6 +289,10 @@ impl ClusterRouter {
                     None => return Err(WireError::new(ErrorKind::Internal, "the call's reply channel closed")),
                 },
                 () = lost(&mut holder) => return Err(self.edge_lost(&session, "it went silent past the edge timeout or left")),
+                _ = connection.wait_for(|up| !*up) => {
+                    fallback!(self.counters().cluster_unreachable, warn, session, "call in flight to another edge failed: NATS became unreachable; its outcome is unknown");
+                    return Err(WireError::channel_closed("cluster_unreachable").with("session", session.as_str()));
+                }
                 () = tokio::time::sleep_until(accept_by), if holder.is_none() => {
                     return Err(self.edge_lost(&session, "no edge took the call within the edge timeout"));
                 }
@@ -294,12 +307,16 @@ impl ClusterRouter {
     /// `sessions/list` of every other edge alive; an edge that does not
     /// answer in time is left out, counted and logged.
     async fn gather(&self, reader: &Reader) -> Vec<SessionInfo> {
-        let mut expected: HashSet<String> = self.inner.members.alive().into_iter().collect();
-        if expected.is_empty() {
+        if !self.inner.connected() {
+            fallback!(
+                self.counters().lists_partial,
+                warn,
+                "sessions/list answered with this edge's sessions only: NATS is unreachable"
+            );
             return Vec::new();
         }
-        if !self.inner.connected() {
-            fallback!(self.counters().lists_partial; 1, warn, missing = expected.len(), "sessions/list answered with this edge's sessions only: NATS is unreachable");
+        let mut expected: HashSet<String> = self.inner.members.alive().into_iter().collect();
+        if expected.is_empty() {
             return Vec::new();
         }
         ClusterCounters::bump(&self.counters().lists_gathered);
@@ -325,7 +342,12 @@ impl ClusterRouter {
                     None => break,
                 },
                 () = tokio::time::sleep_until(until) => {
-                    fallback!(self.counters().lists_partial, warn, missing = ?expected, "sessions/list answered without the edges that did not answer in time");
+                    fallback!(
+                        self.counters().lists_partial,
+                        warn,
+                        missing = ?expected,
+                        "sessions/list answered without the edges that did not answer in time"
+                    );
                     break;
                 }
             }
