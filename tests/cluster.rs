@@ -163,11 +163,14 @@ async fn a_backend_on_any_edge_reaches_a_device_on_another() {
         started.elapsed()
     );
 
-    // The device leaves: B's backend hears why, and A's late call says the same.
+    // The device's socket drops: the session waits for it to resume, and a
+    // call without an idempotency key fails at once, saying why.
     drop(dev);
-    let reason = next_closed(&mut heard_on_b, &session).await;
-    let late = on_a.call(call(&session, "mira"), BUDGET).await.unwrap_err();
-    assert_eq!(late.closed_reason(), Some(reason.as_str()), "{late:?}");
+    until(SHORT, "a call on the dropped socket fails at once", || async {
+        let late = on_a.call(call(&session, "mira"), BUDGET).await;
+        late.is_err_and(|e| e.closed_reason() == Some("connection_lost"))
+    })
+    .await;
 
     // What crossed, counted on both sides.
     assert!(cluster(&a, "remote_calls").await >= 1);
@@ -415,4 +418,56 @@ async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses
         metric(&a, "tether_cluster_remote_calls_total").await > 0,
         "calls crossed edges (devices on B and C, the backend on A)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_dropped_mid_call_resumes_on_another_edge_and_its_keyed_call_completes_exactly_once() {
+    let nats = NatsServer::start();
+    let (a, b, c) = (
+        ServeProc::start(&nats.url(), "a"),
+        ServeProc::start(&nats.url(), "b"),
+        ServeProc::start(&nats.url(), "c"),
+    );
+    joined(&[&a, &b, &c]).await;
+    let on_a = std::sync::Arc::new(backend_on(&a).await);
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let spec = DeviceSpec::minimal(vec![tool("a"), tool("pay")]).with("pay", Behavior::Disconnect);
+    let (first, session) = device_on(&c, "mira", spec.clone()).await;
+    next_opened(&mut heard_on_a, &session).await;
+    let token = first.resume_token().expect("initialize carried a resume token");
+
+    let (link, s) = (std::sync::Arc::clone(&on_a), session.clone());
+    let keyed = tokio::spawn(async move {
+        let mut params = call(&s, "mira");
+        params.name = "client__pay".into();
+        params.meta.idempotency_key = Some("order-7".into());
+        link.call(params, BUDGET).await
+    });
+    // The device got the call and its network dropped; it comes back through another edge.
+    until(SHORT, "the call reaches the device", || async { first.observed.calls().len() == 1 }).await;
+    let back = spec.with("pay", Behavior::Answer { latency: Duration::ZERO });
+    let mut second = SimDevice::resume(&b.url, &common::user("mira"), back, Some(&token)).await.unwrap();
+    assert_eq!(second.ready().await.as_deref(), Some(session.as_str()), "the session id survives the move");
+
+    let answer = keyed.await.unwrap().expect("the keyed call completes on the new socket");
+    assert_eq!(answer.result.structured_content.unwrap()["tool"], json!("pay"));
+    let delivered: Vec<_> = second.observed.calls().into_iter().filter(|c| c.name == "pay").collect();
+    assert_eq!(delivered.len(), 1, "delivered again exactly once");
+    let resumed = tokio::time::timeout(SHORT, async {
+        while let Some(n) = heard_on_a.recv().await {
+            match n {
+                Notification::SessionResumed(r) if r.session == session => return true,
+                Notification::SessionClosed(c) if c.session == session => return false,
+                _ => {}
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(resumed, "backends hear one session_resumed, never a close");
+    on_a.call(call(&session, "mira"), BUDGET).await.expect("new calls reach the device on its new edge");
+    assert_eq!(second.observed.calls().iter().filter(|c| c.name == "a").count(), 1);
+    assert!(metric(&b, "tether_sessions_resumed_total").await >= 1);
+    assert!(metric(&c, "tether_calls_redelivered_total").await >= 1);
 }

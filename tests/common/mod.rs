@@ -65,6 +65,8 @@ pub fn test_config() -> EdgeConfig {
         data_dir: std::env::temp_dir().join("tether-tests-unused"),
         // Fleets in these tests share one principal; the limit has its own test.
         max_sessions_per_principal: 100_000,
+        // A lost socket closes its session at once here; the resume tests set a grace of their own.
+        resume_grace: Duration::ZERO,
         ..EdgeConfig::default()
     }
 }
@@ -178,15 +180,28 @@ impl DuplexEdge {
         expires_in: Option<Duration>,
         revision: Option<tether_edge::revision::Revision>,
     ) -> WebSocketStream<DuplexStream> {
+        let device = tether_edge::session::DeviceUpgrade {
+            principal: "mira".into(),
+            expires_in,
+            announced: revision,
+            resume: None,
+        };
+        self.raw_device_as(size, device).await
+    }
+
+    /// A raw device that arrived as `device` says (principal, resume token, …).
+    pub async fn raw_device_as(
+        &self,
+        size: usize,
+        device: tether_edge::session::DeviceUpgrade,
+    ) -> WebSocketStream<DuplexStream> {
         let (edge_ws, device_end) = self.pipe(size).await;
         let (sink, stream) = edge_ws.split();
         tokio::spawn(tether_edge::session::serve_client(
             Arc::clone(&self.hub),
             sink,
             stream,
-            "mira".into(),
-            expires_in,
-            revision,
+            device,
             self.shutdown.clone(),
         ));
         WebSocketStream::from_raw_socket(device_end, Role::Client, None).await

@@ -8,15 +8,21 @@
  * client fetches a new token, opens a second session, and only when that one
  * is online retires the old one — after the calls still running on it have
  * answered. The state stays `online` throughout.
+ *
+ * After a lost connection the client asks for its session back: the next
+ * dial presents the edge's single-use resume token, and the client's memory
+ * of keyed calls answers what the edge delivers again. The edge decides;
+ * refused, it simply starts a new session.
  */
 
 import { backoffDelay } from './backoff.js';
 import { Catalog } from './catalog.js';
 import { TetherError } from './errors.js';
 import { Emitter } from './emitter.js';
+import { KeyedCalls } from './keyed.js';
 import { classifyEnd, type Failure } from './ending.js';
 import { resolveOptions, type Resolved } from './options.js';
-import { Session, type SessionEnd, type SessionHooks } from './session.js';
+import { Session, type ResumeTicket, type SessionEnd, type SessionHooks } from './session.js';
 import { MIN_TOKEN_LIFE_MS, refreshDelay, tokenExpiry } from './token.js';
 import type { Dial } from './transport.js';
 import type { AnyTool, AppContext, ClientEvents, ConnectOptions, ConnectionState, OfflineEvent, ProtocolVersion } from './types.js';
@@ -29,6 +35,9 @@ export class TetherClient {
   readonly #catalog: Catalog;
   readonly #tokens = new WeakMap<Session, string>();
   readonly #retiring = new Set<Session>();
+  readonly #keyed = new KeyedCalls();
+  /** The lost session's resume token, until the next dial presents it (once). */
+  #resume: ResumeTicket | undefined;
   #state: ConnectionState = 'offline';
   #current: Session | undefined;
   #next: Session | undefined;
@@ -155,10 +164,13 @@ export class TetherClient {
     this.#closed = true;
     clearTimeout(this.#retryTimer);
     clearTimeout(this.#refreshTimer);
+    this.#resume = undefined;
     const sessions = [this.#current, this.#next, ...this.#retiring];
     this.#current = this.#next = undefined;
     this.#retiring.clear();
     for (const s of sessions) s?.close(1000, 'client closed', 'closed');
+    // Keyed runs that outlived a lost session belong to no session now.
+    this.#keyed.abortAll('closed');
     this.#goOffline({ reason: 'closed', willRetry: false });
     return Promise.resolve();
   }
@@ -229,12 +241,14 @@ export class TetherClient {
       return;
     }
     if (this.#closed) return;
-    const session = this.#newSession(token);
+    const resume = this.#resume;
+    this.#resume = undefined;
+    const session = this.#newSession(token, resume);
     this.#current = session;
     void session.start();
   }
 
-  #newSession(token: string): Session {
+  #newSession(token: string, resume?: ResumeTicket): Session {
     const session = new Session({
       dial: this.#dial,
       url: this.#cfg.url,
@@ -247,6 +261,8 @@ export class TetherClient {
       heartbeat: this.#cfg.heartbeat,
       handshakeTimeoutMs: this.#cfg.handshakeTimeoutMs,
       hooks: this.#hooks,
+      keyed: this.#keyed,
+      ...(resume === undefined ? {} : { resume }),
     });
     this.#tokens.set(session, token);
     return session;
@@ -274,7 +290,7 @@ export class TetherClient {
       return;
     }
     this.#setState('online');
-    this.#events.emit('online', { sessionId: s.id, seq: this.#catalog.seq });
+    this.#events.emit('online', { sessionId: s.id, seq: this.#catalog.seq, resumed: s.resumed });
     this.#scheduleRefresh(s);
   }
 
@@ -298,6 +314,7 @@ export class TetherClient {
       return;
     }
     if (end.wasOnline && end.onlineMs >= this.#cfg.backoff.stableMs) this.#failures = 0;
+    this.#resume = end.resume;
     this.#afterFailure(classifyEnd(end, this.#options.getToken === undefined ? this.#options.token ?? '' : undefined));
   }
 

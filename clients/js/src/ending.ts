@@ -15,6 +15,21 @@ import type { OfflineEvent } from './types.js';
 export type Failure = Omit<OfflineEvent, 'willRetry' | 'retryInMs'> & { fatal?: TetherError };
 
 /**
+ * Whether a session ended because the transport was lost rather than by
+ * anyone's choice: the socket dropped with no close frame (1006), the edge
+ * went away (1001: its idle deadline, a restart, a proxy closing; it refuses
+ * what it cannot resume), or the edge fell silent (heartbeat). Only these
+ * are resumed. A close frame the edge sent on
+ * purpose (1008 policy or token expiry, 1012 drain, 1002/1003/1007/1009
+ * protocol errors), a refused upgrade, a retired session or `close()` start
+ * afresh.
+ */
+export function lostTransport(end: Pick<SessionEnd, 'why' | 'code' | 'httpStatus'>): boolean {
+  if (end.why === 'heartbeat_timeout') return true;
+  return end.why === 'disconnected' && end.httpStatus === undefined && (end.code === 1006 || end.code === 1001);
+}
+
+/**
  * `fixedToken` is the application's token when it gave one (undefined with
  * `getToken`, whose tokens are renewed on reconnect).
  */

@@ -80,6 +80,8 @@ export const Meta = {
   context: 'tether.dev/context',
   concept: 'tether.dev/concept',
   session: 'tether.dev/session',
+  /** The single-use token that resumes this session after a transport loss (absent when the edge has resume off). */
+  resume: 'tether.dev/resume',
   deadlineMs: 'tether.dev/deadline_ms',
   idempotencyKey: 'tether.dev/idempotency_key',
   /** MCP's own key (not namespaced), the same on 2025-11-25 and 2026-07-28. */
@@ -92,3 +94,5 @@ export const MCP_PROTOCOL_VERSION = '2025-11-25';
 export const SUBPROTOCOL = 'tether.v1';
 /** The client link's path. */
 export const CLIENT_PATH = '/v1/client';
+/** The query parameter a reconnect presents its resume token in (a browser cannot set headers on an upgrade). */
+export const RESUME_QUERY = 'resume';

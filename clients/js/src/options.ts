@@ -7,7 +7,7 @@
 import { resolveBackoff } from './backoff.js';
 import { TetherError } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
-import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta } from './jsonrpc.js';
+import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta, RESUME_QUERY } from './jsonrpc.js';
 import { DEFAULT_PROTOCOL_VERSION, discoverResult, PROTOCOL_VERSIONS } from './revision.js';
 import type { BackoffOptions, ConnectOptions, HeartbeatOptions, Limits, ProtocolVersion } from './types.js';
 
@@ -54,6 +54,8 @@ export function clientUrl(raw: string): string {
   else if (u.protocol === 'https:') u.protocol = 'wss:';
   if (u.protocol !== 'ws:' && u.protocol !== 'wss:') throw invalid(`url must be ws:// or wss:// (got ${u.protocol})`);
   if (u.searchParams.has('access_token')) throw invalid('put the token in `token` or `getToken`, not in the url');
+  // A resume token is single-use and the client's own to present; one fixed in the url would be presented on every dial.
+  if (u.searchParams.has(RESUME_QUERY)) throw invalid(`the client adds \`${RESUME_QUERY}\` itself when it reconnects; remove it from the url`);
   const path = u.pathname.replace(/\/+$/, '');
   if (!path.endsWith(CLIENT_PATH)) u.pathname = path + CLIENT_PATH;
   return u.toString();

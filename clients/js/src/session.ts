@@ -9,18 +9,23 @@
  *
  * A `Session` never reconnects; the client makes a new one. That keeps every
  * per-connection thing (calls in flight, heartbeats, the edge's session id)
- * in one object that dies with its socket.
+ * in one object that dies with its socket. What outlives a socket belongs to
+ * the client: the resume token it hands over at its end, and the keyed calls
+ * (keyed.ts) that keep running through a transport loss, since the edge
+ * delivers them again on the resumed session.
  */
 
 import { RunningCall, type CallRequest, type ProgressToken } from './call.js';
 import type { Catalog } from './catalog.js';
-import { TetherError } from './errors.js';
+import { lostTransport } from './ending.js';
+import { TetherError, type AbortWhy } from './errors.js';
 import { isJsonObject, utf8Bytes, type Json, type JsonObject } from './json.js';
 import * as rpc from './jsonrpc.js';
 import { Meta, Method } from './jsonrpc.js';
 import { namespacedNames } from './names.js';
 import { failureResult, invalidResult, resultOf, timeoutResult, tooLargeResult, unavailableResult } from './results.js';
 import { Changes } from './changes.js';
+import type { KeyedCalls, KeyedRun, Replay, RunEnd } from './keyed.js';
 import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
 import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
@@ -45,6 +50,14 @@ export interface SessionEnd extends CloseInfo {
   wasOnline: boolean;
   /** How long it was online, in ms (0 if never). */
   onlineMs: number;
+  /** What to present on the next dial: set when the transport was lost and the edge had given a resume token. */
+  resume?: ResumeTicket;
+}
+
+/** A session's resume token, and the session it resumes. */
+export interface ResumeTicket {
+  token: string;
+  sessionId: string;
 }
 
 /** What a session tells its owner. */
@@ -72,6 +85,27 @@ export interface SessionConfig {
   heartbeat: HeartbeatOptions;
   handshakeTimeoutMs: number;
   hooks: SessionHooks;
+  /** The client's memory of keyed calls, shared by all its sessions. */
+  keyed: KeyedCalls;
+  /** Presented as `?resume=` at the upgrade, to take the previous session back. */
+  resume?: ResumeTicket;
+}
+
+/**
+ * A request the session has not answered yet: a handler's run, or a request
+ * waiting for an earlier run of the same key. `survivesLoss` marks the runs
+ * of keyed calls, which keep running when the transport is lost and the
+ * client will resume (their result goes to the edge's re-delivery).
+ */
+interface InFlight {
+  abort(why: AbortWhy, detail?: string): void;
+  readonly survivesLoss: boolean;
+}
+
+/** What `#answer` reports a call's latency and dropped progress from. */
+interface Answerable {
+  elapsedMs(): number;
+  readonly progressDropped: number;
 }
 
 type Phase = 'dialing' | 'handshake' | 'online' | 'ended';
@@ -85,8 +119,15 @@ function progressTokenOf(v: Json | undefined): ProgressToken | undefined {
   return typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v)) ? v : undefined;
 }
 
+/** `url` with the resume token in its query, where both transports present it. */
+function withResume(url: string, token: string): string {
+  const u = new URL(url);
+  u.searchParams.set(rpc.RESUME_QUERY, token);
+  return u.toString();
+}
+
 /** A call end with its dropped progress reports counted, when there were any. */
-function withDropped(end: CallEnd, call: RunningCall): CallEnd {
+function withDropped(end: CallEnd, call: Answerable): CallEnd {
   if (call.progressDropped > 0) end.progressDropped = call.progressDropped;
   return end;
 }
@@ -96,13 +137,15 @@ export class Session {
   #phase: Phase = 'dialing';
   #socket: Socket | undefined;
   #id = '';
+  /** The edge's latest resume token for this session, if it gave one. */
+  #resumeToken: string | undefined;
   #initialized = false;
   /** The revision the edge started (`initialize` or `server/discover`), not the one announced. */
   #revision: ProtocolVersion | undefined;
   readonly #changes = new Changes();
   #onlineAt = 0;
   #retiring = false;
-  readonly #calls = new Map<string, RunningCall>();
+  readonly #calls = new Map<string, InFlight>();
   #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
@@ -125,6 +168,11 @@ export class Session {
     return this.#revision;
   }
 
+  /** Whether the edge took the session presented with `resume` back (same id) rather than starting a new one. */
+  get resumed(): boolean {
+    return this.#cfg.resume !== undefined && this.#id === this.#cfg.resume.sessionId;
+  }
+
   get isOnline(): boolean {
     return this.#phase === 'online';
   }
@@ -133,7 +181,7 @@ export class Session {
     return this.#phase === 'ended';
   }
 
-  /** Calls whose handlers are still running. */
+  /** Requests not answered yet: handlers still running, and re-deliveries waiting for one. */
   get inFlight(): number {
     return this.#calls.size;
   }
@@ -148,7 +196,7 @@ export class Session {
     try {
       const socket = await cfg.dial(
         {
-          url: cfg.url,
+          url: cfg.resume === undefined ? cfg.url : withResume(cfg.url, cfg.resume.token),
           token: cfg.token,
           protocol: rpc.SUBPROTOCOL,
           timeoutMs: cfg.handshakeTimeoutMs,
@@ -227,10 +275,14 @@ export class Session {
     this.#phase = 'ended';
     for (const t of [this.#handshakeTimer, this.#graceTimer, this.#pingTimer, this.#retireTimer]) clearTimeout(t);
     clearInterval(this.#heartbeatTimer);
+    const end: SessionEnd = { ...info, why, wasOnline, onlineMs: wasOnline ? Math.round(performance.now() - this.#onlineAt) : 0 };
+    // Handed to the client, which presents it on its next dial and then forgets it (a token is single-use).
+    if (this.#resumeToken !== undefined && lostTransport(end)) end.resume = { token: this.#resumeToken, sessionId: this.#id };
     const abortWhy = why === 'closed' ? 'closed' : 'disconnected';
-    for (const call of this.#calls.values()) call.abort(abortWhy);
-    const onlineMs = wasOnline ? Math.round(performance.now() - this.#onlineAt) : 0;
-    this.#cfg.hooks.ended(this, { ...info, why, wasOnline, onlineMs });
+    for (const call of this.#calls.values()) {
+      if (end.resume === undefined || !call.survivesLoss) call.abort(abortWhy);
+    }
+    this.#cfg.hooks.ended(this, end);
   }
 
   #goOnline(): void {
@@ -305,6 +357,8 @@ export class Session {
       case ModernMethod.discover: {
         const sid = meta[Meta.session];
         if (typeof sid === 'string') this.#id = sid;
+        const resume = meta[Meta.resume];
+        this.#resumeToken = typeof resume === 'string' && resume !== '' ? resume : undefined;
         this.#revision = method === Method.initialize ? rpc.MCP_PROTOCOL_VERSION : MODERN;
         this.#send(rpc.response(id, method === Method.initialize ? this.#cfg.initializeResult : this.#cfg.discoverResult));
         this.#initialized = true;
@@ -401,20 +455,26 @@ export class Session {
       return;
     }
     const meta = isJsonObject(params['_meta']) ? params['_meta'] : {};
-    const key = meta[Meta.idempotencyKey];
+    const rawKey = meta[Meta.idempotencyKey];
+    const key = typeof rawKey === 'string' ? rawKey : undefined;
     const request: CallRequest = {
       id,
       name,
       arguments: args,
       sessionId: this.#id,
       deadlineMs: numberOr(meta[Meta.deadlineMs]),
-      idempotencyKey: typeof key === 'string' ? key : undefined,
+      idempotencyKey: key,
       progressToken: progressTokenOf(meta[Meta.progressToken]),
     };
     // A call proves the edge has listed this session.
     this.#goOnline();
     const hooks = this.#cfg.hooks;
     const start: CallStart = { callId: id, sessionId: this.#id, name, arguments: args };
+    const earlier = key === undefined ? undefined : this.#cfg.keyed.find(key, name);
+    if (earlier !== undefined) {
+      await this.#repeat(start, earlier);
+      return;
+    }
     hooks.callStart(start);
     const call: RunningCall = new RunningCall(request, this.#cfg.limits.answerCeilingMs, {
       send: (progress) => {
@@ -434,33 +494,73 @@ export class Session {
       this.#answer(start, call, unavailableResult(name, available), 'unavailable');
       return;
     }
-    const key2 = JSON.stringify(id);
-    this.#calls.set(key2, call);
+    const remember = key === undefined ? undefined : this.#cfg.keyed.start(key, name, (why) => call.abort(why));
+    const callKey = JSON.stringify(id);
+    this.#calls.set(callKey, { abort: (why, detail) => call.abort(why, detail), survivesLoss: key !== undefined });
     const settled = await call.run(tool);
-    this.#calls.delete(key2);
-    if (this.#retiring && this.#calls.size === 0) queueMicrotask(() => this.#end(1000, 'moved to a new session', 'retired'));
+    this.#calls.delete(callKey);
+    this.#afterAnswered();
+    let replay: Replay;
     switch (settled.kind) {
       case 'returned': {
         const result = resultOf(settled.value);
-        this.#answer(start, call, result, result.isError === true ? 'error' : 'ok');
-        return;
+        replay = { result, outcome: result.isError === true ? 'error' : 'ok' };
+        break;
       }
       case 'threw':
-        this.#answer(start, call, failureResult(settled.failure), 'error');
-        return;
+        replay = { result: failureResult(settled.failure), outcome: 'error' };
+        break;
       case 'aborted':
-        if (settled.why === 'ceiling') {
-          this.#answer(start, call, timeoutResult(name, this.#cfg.limits.answerCeilingMs), 'timeout');
-        } else {
+        if (settled.why !== 'ceiling') {
+          remember?.(settled.why);
           // Cancelled: the edge stopped waiting and MCP says not to answer. Disconnected or closed: there is no socket.
           hooks.callEnd(withDropped({ ...start, outcome: settled.why, latencyMs: call.elapsedMs(), answered: false }, call));
+          return;
         }
-        return;
+        replay = { result: timeoutResult(name, this.#cfg.limits.answerCeilingMs), outcome: 'timeout' };
+        break;
     }
+    // Remembered before it is sent: if this socket is gone, the edge's re-delivery gets it.
+    remember?.(replay);
+    this.#answer(start, call, replay.result, replay.outcome);
+  }
+
+  /**
+   * Answers a keyed call whose key already ran (the edge's re-delivery after
+   * a resume, or a retry) with that run's result, without running the
+   * handler again; waits for the run if it is still going. The answer goes
+   * out under this request's id on this socket, never under the old one.
+   */
+  async #repeat(start: CallStart, earlier: KeyedRun): Promise<void> {
+    const hooks = this.#cfg.hooks;
+    hooks.callStart({ ...start, deduplicated: true });
+    const arrivedAt = performance.now();
+    const timing: Answerable = { elapsedMs: () => Math.round(performance.now() - arrivedAt), progressDropped: 0 };
+    let end: RunEnd | undefined = earlier.replay;
+    if (end === undefined) {
+      // Waiting stops if this request is cancelled or this session ends; the run itself goes on (its ceiling bounds it).
+      const callKey = JSON.stringify(start.callId);
+      end = await new Promise<RunEnd>((resolve) => {
+        this.#calls.set(callKey, { abort: (why) => resolve(why), survivesLoss: false });
+        void earlier.done.then(resolve);
+      });
+      this.#calls.delete(callKey);
+      this.#afterAnswered();
+    }
+    if (typeof end === 'string') {
+      hooks.callEnd({ ...start, deduplicated: true, outcome: end === 'ceiling' ? 'timeout' : end, latencyMs: timing.elapsedMs(), answered: false });
+      return;
+    }
+    this.#answer({ ...start, deduplicated: true }, timing, end.result, end.outcome);
+  }
+
+  /** A retiring session closes once its last request has answered. */
+  #afterAnswered(): void {
+    if (this.#retiring && this.#calls.size === 0) queueMicrotask(() => this.#end(1000, 'moved to a new session', 'retired'));
   }
 
   /** Stamps the seq, enforces the result cap, sends, and reports the call's end. */
-  #answer(start: CallStart, call: RunningCall, result: CallToolResult, outcome: CallOutcome): void {
+  #answer(start: CallStart, call: Answerable, result: CallToolResult, outcome: CallOutcome): void {
     let frame: string;
     let final = result;
     let finalOutcome = outcome;

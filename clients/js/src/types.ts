@@ -39,6 +39,10 @@ export interface ToolContext {
    * `notifications/cancelled`, the client's answer ceiling passed, the socket
    * closed, or the application called `close()`. `signal.reason` is a
    * `CallAbortedError` whose `why` says which. Pass it to `fetch` and friends.
+   *
+   * A call with an `idempotencyKey` does not abort when the connection is
+   * lost and the client resumes the session: the edge delivers the call
+   * again, and this run's result answers it.
    */
   readonly signal: AbortSignal;
   /** The edge's JSON-RPC id for this call (what `notifications/cancelled` names). */
@@ -241,6 +245,12 @@ export interface CallStart {
   sessionId: string;
   name: string;
   arguments: JsonObject;
+  /**
+   * Set when the call's idempotency key already ran (the edge delivered the
+   * call again after a resume, or the backend retried it): it is answered
+   * with that run's result, and the handler does not run again.
+   */
+  deduplicated?: true;
 }
 
 /** A call ended (`callEnd`). */
@@ -276,8 +286,13 @@ export interface ClientEvents {
   state: { state: ConnectionState };
   /** A connection attempt started (1-based attempt number since the last stable session). */
   connecting: { attempt: number };
-  /** A session is online; fires again with the new id when a reconnect or token refresh moves to a new session. */
-  online: { sessionId: string; seq: number };
+  /**
+   * A session is online; fires again after every reconnect or token refresh.
+   * `resumed` is true when a reconnect after a lost connection got the same
+   * session back from the edge (same `sessionId`); otherwise the session is
+   * a new one, with a new id.
+   */
+  online: { sessionId: string; seq: number; resumed: boolean };
   offline: OfflineEvent;
   callStart: CallStart;
   callEnd: CallEnd;

@@ -1,8 +1,9 @@
 //! The answering side: this edge's sessions served to the cluster, and the
 //! cluster heard on this edge.
 //!
-//! A session is subscribed at `tether.s.<id>.*` from the moment it is
-//! listed until it closes, so a call for it arrives here and nowhere else.
+//! A session is subscribed at `tether.s.<id>.*` before it is listed (NATS
+//! has the interest before anyone hears of the session) until it closes, so
+//! a call for it arrives here and nowhere else.
 //! Calls from other edges run through [`Local`] exactly as a backend of this
 //! edge's would. Besides, one task per concern: replies to this edge's own
 //! requests, other edges' events, heartbeats and losses, the gathered list,
@@ -30,7 +31,8 @@ use crate::counters::ClusterCounters;
 use crate::router::{Incoming, Undelivered};
 use crate::subject::{self, is_session_token};
 use crate::wire::{
-    encode, parse, Answer, Beat, CallRequest, Event, EventKind, Gone, ListRequest, ReadOp, ReadRequest, Reply,
+    encode, parse, Answer, Beat, CallRequest, ClaimRequest, Event, EventKind, Gone, ListRequest, ReadOp,
+    ReadRequest, Reply,
 };
 use crate::{ClusterError, Inner};
 
@@ -50,11 +52,12 @@ pub(crate) async fn start(
     let beats = client.subscribe(subject::BEAT).await?;
     let gone = client.subscribe(subject::GONE).await?;
     let lists = client.subscribe(subject::LIST).await?;
+    let _ = inner.shutdown.set(shutdown.clone());
     tokio::spawn(serve_replies(Arc::clone(&inner), replies, shutdown.clone()));
     tokio::spawn(serve_events(Arc::clone(&inner), Arc::clone(&hub), events, shutdown.clone()));
     tokio::spawn(serve_lists(Arc::clone(&inner), Arc::clone(&hub), lists, shutdown.clone()));
     tokio::spawn(beat(Arc::clone(&inner), Arc::clone(&hub), beats, gone, shutdown.clone()));
-    tokio::spawn(publish_events(inner, hub, outbox, shutdown));
+    tokio::spawn(publish_events(inner, outbox, shutdown));
     Ok(())
 }
 
@@ -63,49 +66,58 @@ fn bad(inner: &Inner, subject: &str, error: &dyn std::fmt::Display) {
     fallback!(inner.counters().bad_messages, warn, %subject, %error, "message from the cluster dropped");
 }
 
-/// Publishes this edge's events in order; a session is subscribed before
-/// its `opened` event leaves, so whoever hears of it can reach it.
+/// Publishes this edge's events in order (a session was held, see [`hold`],
+/// before its `opened` or `resumed` event was published here).
 async fn publish_events(
     inner: Arc<Inner>,
-    hub: Arc<Hub>,
     mut outbox: mpsc::UnboundedReceiver<BackendEvent>,
     shutdown: CancellationToken,
 ) {
-    let mut held = std::collections::HashMap::<String, CancellationToken>::new();
     loop {
         let event = tokio::select! {
             event = outbox.recv() => match event { Some(e) => e, None => break },
             () = shutdown.cancelled() => break,
         };
-        match &event {
-            BackendEvent::SessionOpened(opened) if is_session_token(&opened.session) => {
-                let id = opened.session.clone();
-                match inner
-                    .client
-                    .queue_subscribe(subject::session_all(&id), subject::HOLDER_GROUP.into())
-                    .await
-                {
-                    Ok(sub) => {
-                        let stop = shutdown.child_token();
-                        held.insert(id.clone(), stop.clone());
-                        tokio::spawn(serve_session(Arc::clone(&inner), Arc::clone(&hub), id, sub, stop));
-                    }
-                    Err(e) => {
-                        fallback!(inner.counters().publish_failures, warn, session = %id, error = %e, "could not subscribe a session: other edges cannot reach it");
-                    }
-                }
+        if let BackendEvent::SessionClosed(closed) = &event {
+            if let Some(stop) = lock(&inner.held).remove(&closed.session) {
+                stop.cancel();
             }
-            BackendEvent::SessionClosed(closed) => {
-                if let Some(stop) = held.remove(&closed.session) {
-                    stop.cancel();
-                }
-            }
-            _ => {}
         }
         let message = Event { edge: inner.me.clone(), event: EventKind::from(&event) };
         inner.publish(subject::EVENTS.to_owned(), encode(&message)).await;
         ClusterCounters::bump(&inner.counters().events_sent);
     }
+}
+
+/// Subscribes a session about to be listed here and serves it to the
+/// cluster; returns once NATS has the interest (a flush), so whoever hears
+/// of the session next can reach it.
+pub(crate) async fn hold(inner: &Arc<Inner>, hub: &Arc<Hub>, id: &str) -> Result<(), WireError> {
+    if !is_session_token(id) {
+        return Ok(());
+    }
+    let sub = match inner.client.queue_subscribe(subject::session_all(id), subject::HOLDER_GROUP.into()).await
+    {
+        Ok(sub) => sub,
+        Err(e) => {
+            fallback!(inner.counters().publish_failures, warn, session = %id, error = %e, "could not subscribe a session: other edges cannot reach it");
+            return Err(WireError::new(ErrorKind::Internal, format!("could not subscribe the session: {e}")));
+        }
+    };
+    let Some(shutdown) = inner.shutdown.get() else { return Ok(()) };
+    let stop = shutdown.child_token();
+    // A session resumed on this edge replaces its old socket's subscription.
+    if let Some(old) = lock(&inner.held).insert(id.to_owned(), stop.clone()) {
+        old.cancel();
+    }
+    tokio::spawn(serve_session(Arc::clone(inner), Arc::clone(hub), id.to_owned(), sub, stop));
+    if inner.connected() {
+        // Without NATS the subscription waits in the client; the reconnect sends it.
+        if let Err(e) = inner.client.flush().await {
+            debug!(session = %id, error = %e, "flush after subscribing a session failed; it is sent on reconnect");
+        }
+    }
+    Ok(())
 }
 
 /// Serves one held session's subjects until it closes.
@@ -128,6 +140,7 @@ async fn serve_session(
             Some("read") => {
                 tokio::spawn(serve_read(Arc::clone(&inner), Arc::clone(&hub), session.clone(), message));
             }
+            Some("claim") => serve_claim(&inner, &hub, &session, &message, &stop).await,
             Some("cancel") => match std::str::from_utf8(&message.payload) {
                 Ok(reply) => {
                     if let Some(token) = lock(&inner.serving).get(reply) {
@@ -187,6 +200,40 @@ async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message) {
         inner.publish(reply.clone(), encode(&Reply::Done { outcome: Answer::of(outcome) })).await;
     }
     lock(&inner.serving).remove(&reply);
+}
+
+/// Hands a session held here to a device resuming it on another edge: once
+/// the token checks out, this edge stops answering for the session, so the
+/// new holder is the only one; its calls with a key follow it there when it
+/// announces the resume.
+async fn serve_claim(
+    inner: &Inner,
+    hub: &Arc<Hub>,
+    session: &str,
+    message: &Message,
+    stop: &CancellationToken,
+) {
+    let Some(reply) = message.reply.as_ref().map(|r| r.to_string()) else {
+        return bad(inner, &message.subject, &"a claim without a reply subject");
+    };
+    let answer = match parse::<ClaimRequest>(&message.payload, inner.config.max_message) {
+        Err(e) => {
+            bad(inner, &message.subject, &e);
+            Answer::of::<u64>(Err(WireError::new(
+                ErrorKind::InvalidParams,
+                format!("the edge holding the session could not read the claim: {e}"),
+            )))
+        }
+        Ok(claim) => {
+            let outcome = Local.claim(hub, session, &claim.secret, &claim.principal).await;
+            if outcome.is_ok() {
+                lock(&inner.held).remove(session);
+                stop.cancel();
+            }
+            Answer::of(outcome)
+        }
+    };
+    inner.publish(reply, encode(&answer)).await;
 }
 
 /// Answers a read another edge's backend made of a session held here.
@@ -283,6 +330,11 @@ async fn serve_events(inner: Arc<Inner>, hub: Arc<Hub>, mut events: Subscriber, 
         match &event.event {
             EventKind::SessionOpened(opened) => {
                 lock(&inner.remote).insert(opened.session.clone(), event.edge.clone());
+            }
+            EventKind::SessionResumed(resumed) => {
+                lock(&inner.remote).insert(resumed.session.clone(), event.edge.clone());
+                // If this edge held it, waiting for its device: its keyed calls follow it there.
+                hub.resumed_elsewhere(&resumed.session);
             }
             EventKind::SessionClosed(closed) => {
                 lock(&inner.remote).remove(&closed.session);

@@ -145,6 +145,10 @@ pub(crate) struct Inner {
     pub(crate) serving: Mutex<HashMap<String, CancellationToken>>,
     /// Other edges' sessions, from their events: closed for backends here if the edge is lost.
     pub(crate) remote: Mutex<HashMap<String, String>>,
+    /// Sessions this edge serves to the cluster: cancelling one unsubscribes it.
+    pub(crate) held: Mutex<HashMap<String, CancellationToken>>,
+    /// The edge's shutdown, once started: held sessions stop serving with it.
+    pub(crate) shutdown: std::sync::OnceLock<CancellationToken>,
 }
 
 impl Inner {
@@ -211,6 +215,8 @@ impl Cluster {
                 outbox,
                 serving: Mutex::default(),
                 remote: Mutex::default(),
+                held: Mutex::default(),
+                shutdown: std::sync::OnceLock::new(),
             }),
             outbox: Mutex::new(Some(rx)),
         })

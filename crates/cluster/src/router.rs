@@ -28,7 +28,9 @@ use tether_rpc::lock;
 
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
-use crate::wire::{encode, parse, Answer, CallRequest, ListRequest, ReadOp, ReadRequest, Reply};
+use crate::wire::{
+    encode, parse, Answer, CallRequest, ClaimRequest, ListRequest, ReadOp, ReadRequest, Reply,
+};
 use crate::Inner;
 
 /// What arrives for one request in flight.
@@ -446,6 +448,54 @@ impl Router for ClusterRouter {
             return Local.call(hub, params, owner, progress);
         }
         Box::pin(self.call_remote(hub, params, owner, progress))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        secret: &'a str,
+        principal: &'a str,
+    ) -> Routed<'a, u64> {
+        if hub.session(session).is_some() {
+            return Local.claim(hub, session, secret, principal);
+        }
+        Box::pin(async move {
+            if !is_session_token(session) {
+                return Err(Self::absent(hub, session));
+            }
+            if !self.inner.connected() {
+                return Err(self.unreachable(session));
+            }
+            let claim = ClaimRequest { secret: secret.to_owned(), principal: principal.to_owned() };
+            let request = async_nats::Request::new()
+                .payload(encode(&claim))
+                .timeout(Some(self.inner.config.read_timeout));
+            match self.inner.client.send_request(subject::session_claim(session), request).await {
+                Ok(message) => parse::<Answer>(&message.payload, self.inner.config.max_message)
+                    .map_err(|e| {
+                        WireError::new(
+                            ErrorKind::Internal,
+                            format!("the edge holding the session answered a claim with a bad message: {e}"),
+                        )
+                    })?
+                    .into_result(),
+                Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                    fallback!(
+                        self.counters().no_responders,
+                        debug,
+                        session,
+                        "resume for a session no edge holds"
+                    );
+                    Err(Self::absent(hub, session))
+                }
+                Err(_) => Err(WireError::channel_closed("edge_lost").with("session", session)),
+            }
+        })
+    }
+
+    fn hold<'a>(&'a self, hub: &'a Arc<Hub>, session: &'a str) -> Routed<'a, ()> {
+        Box::pin(crate::holder::hold(&self.inner, hub, session))
     }
 
     fn published(&self, event: &BackendEvent) {

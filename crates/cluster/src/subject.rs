@@ -29,7 +29,7 @@ pub(crate) fn is_session_token(id: &str) -> bool {
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Every subject of one held session (`call`, `read`, `cancel`).
+/// Every subject of one held session (`call`, `read`, `claim`, `cancel`).
 pub(crate) fn session_all(session: &str) -> String {
     format!("tether.s.{session}.*")
 }
@@ -42,6 +42,11 @@ pub(crate) fn session_call(session: &str) -> String {
 /// A read of the session (turn, inspect, manifest, list of one).
 pub(crate) fn session_read(session: &str) -> String {
     format!("tether.s.{session}.read")
+}
+
+/// Claims the session for a device resuming it on another edge.
+pub(crate) fn session_claim(session: &str) -> String {
+    format!("tether.s.{session}.claim")
 }
 
 /// Cancels a call on the session (the payload is the call's reply subject).

@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use tether_contract::backend::{CallParams, ListChanged, SessionClosed, SessionInfo, SessionOpened};
+use tether_contract::backend::{
+    CallParams, ListChanged, SessionClosed, SessionInfo, SessionOpened, SessionResumed,
+};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_edge::hub::BackendEvent;
 use tether_edge::router::Reader;
@@ -29,6 +31,14 @@ pub(crate) struct CallRequest {
 pub(crate) struct ReadRequest {
     pub(crate) op: ReadOp,
     pub(crate) reader: Reader,
+}
+
+/// A device reconnecting to another edge with this session's resume token,
+/// on `tether.s.<session>.claim`: the holder checks it and lets the session go.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ClaimRequest {
+    pub(crate) secret: String,
+    pub(crate) principal: String,
 }
 
 /// Which read.
@@ -122,6 +132,7 @@ pub(crate) enum EventKind {
     ListChanged(ListChanged),
     SessionClosed(SessionClosed),
     SessionOpened(SessionOpened),
+    SessionResumed(SessionResumed),
 }
 
 impl From<&BackendEvent> for EventKind {
@@ -130,6 +141,7 @@ impl From<&BackendEvent> for EventKind {
             BackendEvent::ListChanged(p) => EventKind::ListChanged(p.clone()),
             BackendEvent::SessionClosed(p) => EventKind::SessionClosed(p.clone()),
             BackendEvent::SessionOpened(p) => EventKind::SessionOpened(p.clone()),
+            BackendEvent::SessionResumed(p) => EventKind::SessionResumed(p.clone()),
         }
     }
 }
@@ -140,6 +152,7 @@ impl From<EventKind> for BackendEvent {
             EventKind::ListChanged(p) => BackendEvent::ListChanged(p),
             EventKind::SessionClosed(p) => BackendEvent::SessionClosed(p),
             EventKind::SessionOpened(p) => BackendEvent::SessionOpened(p),
+            EventKind::SessionResumed(p) => BackendEvent::SessionResumed(p),
         }
     }
 }

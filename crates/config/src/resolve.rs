@@ -134,6 +134,7 @@ impl Resolved {
             outbound_queue = (c.outbound_queue as i64)
             drain_timeout_ms = (ms(c.drain_timeout) as i64)
             shutdown_grace_ms = (ms(c.shutdown_grace) as i64)
+            resume_grace_ms = (ms(c.resume_grace) as i64)
             ping_interval_ms = (ms(c.ping_interval) as i64)
             idle_timeout_ms = (ms(c.idle_timeout) as i64)
             max_sessions_per_principal = (c.max_sessions_per_principal as i64)
@@ -248,6 +249,7 @@ struct LimitsSection {
     outbound_queue: Option<usize>,
     drain_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
+    resume_grace_ms: Option<u64>,
     ping_interval_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     max_sessions_per_principal: Option<usize>,
@@ -477,6 +479,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                             config.handshake_timeout = ms(l.handshake_timeout_ms, config.handshake_timeout);
                             config.drain_timeout = ms(l.drain_timeout_ms, config.drain_timeout);
                             config.shutdown_grace = ms(l.shutdown_grace_ms, config.shutdown_grace);
+                            config.resume_grace = ms(l.resume_grace_ms, config.resume_grace);
                             config.ping_interval = ms(l.ping_interval_ms, config.ping_interval);
                             config.idle_timeout = ms(l.idle_timeout_ms, config.idle_timeout);
                             config.max_sessions_per_principal =

@@ -25,6 +25,9 @@ pub mod method {
     pub const SESSION_CLOSED: &str = "notifications/session/closed";
     /// Edge → backend: a session is listed and callable (its first manifest applied).
     pub const SESSION_OPENED: &str = "notifications/session/opened";
+    /// Edge → backend: a session's device reconnected within the grace period
+    /// and kept its session (instead of a close and a new session).
+    pub const SESSION_RESUMED: &str = "notifications/session/resumed";
     /// Operator view of one session: names, drops, recent calls.
     pub const SESSIONS_INSPECT: &str = "sessions/inspect";
 }
@@ -252,6 +255,16 @@ pub struct SessionOpened {
     /// Session id.
     pub session: String,
     /// The first applied seq.
+    pub seq: u64,
+}
+
+/// Params of `notifications/session/resumed`: the same session, on a new
+/// socket (perhaps on another edge); keyed calls in flight were delivered again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionResumed {
+    /// Session id (unchanged).
+    pub session: String,
+    /// The applied seq after the resumed handshake's catalog read.
     pub seq: u64,
 }
 

@@ -26,6 +26,9 @@ pub use schema::{SchemaLimits, SchemaViolation};
 
 /// Subprotocol a client offers at upgrade; the edge refuses to guess versions.
 pub const CLIENT_SUBPROTOCOL: &str = "tether.v1";
+/// Query parameter of a device upgrade carrying its resume token
+/// (`/v1/client?resume=…`): not every WebSocket client can set headers.
+pub const RESUME_QUERY: &str = "resume";
 /// Path a device dials.
 pub const CLIENT_PATH: &str = "/v1/client";
 /// Path an agent backend dials.

@@ -43,6 +43,10 @@ pub mod meta {
     pub const IDEMPOTENCY_KEY: &str = "tether.dev/idempotency_key";
     /// The session id the edge assigned, sent in `initialize`.
     pub const SESSION: &str = "tether.dev/session";
+    /// The single-use token that resumes this session after a brief
+    /// disconnect, sent in `initialize` (the device presents it as
+    /// [`crate::RESUME_QUERY`] when it reconnects).
+    pub const RESUME: &str = "tether.dev/resume";
     /// MCP's token a request carries when its caller wants `notifications/progress`.
     pub const PROGRESS_TOKEN: &str = "progressToken";
 }

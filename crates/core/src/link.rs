@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 
 use tether_contract::backend::{
     method, CallParams, CallResponse, ListChanged, Manifest, Progress, SessionClosed, SessionInspect,
-    SessionOpened, SessionsList, TurnBegun,
+    SessionOpened, SessionResumed, SessionsList, TurnBegun,
 };
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
 use tether_contract::{ErrorKind, Leg, WireError, BACKEND_PATH};
@@ -49,6 +49,8 @@ pub enum Notification {
     SessionClosed(SessionClosed),
     /// A session came online (listed and callable).
     SessionOpened(SessionOpened),
+    /// A session's device came back within the grace period: same session, new socket.
+    SessionResumed(SessionResumed),
     /// A notification this version does not know.
     Other {
         /// Method name.
@@ -410,6 +412,9 @@ fn decode_notification(method: String, params: Value) -> Notification {
         }
         method::SESSION_OPENED => {
             serde_json::from_value(params.clone()).ok().map(Notification::SessionOpened)
+        }
+        method::SESSION_RESUMED => {
+            serde_json::from_value(params.clone()).ok().map(Notification::SessionResumed)
         }
         _ => None,
     };

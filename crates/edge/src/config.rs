@@ -35,6 +35,9 @@ pub struct EdgeConfig {
     pub outbound_queue: usize,
     /// Longest a drain waits for backends to receive their last answers.
     pub shutdown_grace: Duration,
+    /// How long a session whose transport went away waits for its device to
+    /// resume it (zero: no resume; the session ends with its socket).
+    pub resume_grace: Duration,
     /// Longest a drain waits for calls in flight (default: the per-tool budget).
     pub drain_timeout: Duration,
     /// Session events buffered per backend; a slower backend loses events (counted).
@@ -71,6 +74,7 @@ impl Default for EdgeConfig {
             handshake_timeout: Duration::from_secs(10),
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             shutdown_grace: Duration::from_secs(2),
+            resume_grace: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(12),
             backend_event_queue: 1024,
             backend_max_in_flight: 4096,

@@ -42,10 +42,20 @@ tether_counters::counters! {
         calls_cancelled,
         /// Session reads made with an operator credential (each one is logged).
         operator_reads,
+        /// Sessions whose transport went away, detached to wait for their device to resume.
+        sessions_detached,
+        /// Sessions a device resumed with its token (on this edge, from here or another edge).
+        sessions_resumed,
+        /// Keyed calls delivered again on a resumed session's new socket.
+        calls_redelivered,
     }
     fallbacks {
         /// Device connections that failed the handshake (initialize or first read).
         sessions_failed_init,
+        /// Resume tokens refused (malformed, unknown, used, another principal's, or the session gone): the device got a new session.
+        resumes_refused,
+        /// Detached sessions whose device did not come back within the resume grace; closed then.
+        resume_grace_expired,
         /// Upgrades refused for a bad or missing credential.
         auth_refused,
         /// Upgrades refused for a wrong path or subprotocol, or while draining.

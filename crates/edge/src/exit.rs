@@ -43,6 +43,9 @@ pub enum Exit {
     Draining,
     /// Writing to the device's socket failed: nothing more can be sent.
     WriteFailed,
+    /// The device reconnected with its resume token: the session lives on,
+    /// on the new socket (perhaps on another edge); this socket's part ends.
+    Resumed,
 }
 
 impl Exit {
@@ -63,13 +66,23 @@ impl Exit {
             Exit::HandshakeFailed => "handshake_failed",
             Exit::Draining => "drain",
             Exit::WriteFailed => "transport_error",
+            Exit::Resumed => "resumed",
         }
+    }
+
+    /// Whether the session may wait for its device to resume: the transport
+    /// went away (no close frame, a dead or idle socket), not a decision by
+    /// either side to end it. A close frame is a decision, 1001 included: a
+    /// browser tab that closes says 1001 and never comes back for its token.
+    pub const fn resumable(self) -> bool {
+        matches!(self, Exit::Disconnected | Exit::ConnectionLost | Exit::Idle | Exit::WriteFailed)
     }
 
     /// The close frame this exit sends, if the socket can still carry one.
     pub const fn close(self) -> Option<(CloseCode, &'static str)> {
         match self {
             Exit::Disconnected | Exit::ConnectionLost | Exit::Latched | Exit::WriteFailed => None,
+            Exit::Resumed => Some((CloseCode::Normal, "session resumed on another connection")),
             Exit::PeerClosed(code) => Some((code, "")),
             Exit::Shutdown => Some((CloseCode::Away, "edge shutting down")),
             Exit::CredentialExpired => {
@@ -140,6 +153,7 @@ mod tests {
             Exit::HandshakeFailed,
             Exit::Draining,
             Exit::WriteFailed,
+            Exit::Resumed,
         ]
         .into_iter()
         .map(|e| (e, e.close().map(|(c, _)| u16::from(c))))
@@ -159,7 +173,26 @@ mod tests {
             Some(1008),
             Some(1012),
             None,
+            Some(1000),
         ];
         assert_eq!(codes.iter().map(|(_, c)| *c).collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn only_a_lost_transport_may_wait_for_a_resume() {
+        for lost in [Exit::Disconnected, Exit::ConnectionLost, Exit::Idle, Exit::WriteFailed] {
+            assert!(lost.resumable(), "{lost:?}");
+        }
+        for decided in [
+            Exit::PeerClosed(CloseCode::Away),
+            Exit::PeerClosed(CloseCode::Normal),
+            Exit::Shutdown,
+            Exit::Draining,
+            Exit::StruckOut,
+            Exit::CredentialExpired,
+            Exit::Resumed,
+        ] {
+            assert!(!decided.resumable(), "{decided:?}");
+        }
     }
 }

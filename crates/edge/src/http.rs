@@ -214,18 +214,9 @@ where
 {
     let (sink, stream) = ws.split();
     match route {
-        Route::Client(principal, expires_in, _slot, announced) => {
-            // `_slot` lives as long as the session: the principal's count drops when it ends.
-            crate::session::serve_client(
-                door.hub,
-                sink,
-                stream,
-                principal,
-                expires_in,
-                announced,
-                door.shutdown,
-            )
-            .await
+        Route::Client(device, _slot) => {
+            // `_slot` lives as long as the socket: the principal's count drops when it ends.
+            crate::session::serve_client(door.hub, sink, stream, device, door.shutdown).await
         }
         Route::Backend(principal) => {
             crate::backend::serve_backend(door.hub, sink, stream, principal, door.shutdown).await

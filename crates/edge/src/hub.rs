@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use serde_json::Value;
-use tether_contract::backend::{method, ListChanged, SessionClosed, SessionOpened};
+use tether_contract::backend::{method, ListChanged, SessionClosed, SessionOpened, SessionResumed};
 use tether_contract::jsonrpc;
 use tokio::sync::{broadcast, Notify};
 
@@ -36,6 +36,8 @@ pub enum BackendEvent {
     SessionClosed(SessionClosed),
     /// A session is listed and callable.
     SessionOpened(SessionOpened),
+    /// A session's device came back within the grace period, perhaps to another edge.
+    SessionResumed(SessionResumed),
 }
 
 impl BackendEvent {
@@ -45,6 +47,7 @@ impl BackendEvent {
             BackendEvent::ListChanged(p) => (method::LIST_CHANGED, serde_json::to_value(p)),
             BackendEvent::SessionClosed(p) => (method::SESSION_CLOSED, serde_json::to_value(p)),
             BackendEvent::SessionOpened(p) => (method::SESSION_OPENED, serde_json::to_value(p)),
+            BackendEvent::SessionResumed(p) => (method::SESSION_RESUMED, serde_json::to_value(p)),
         };
         jsonrpc::notification(m, &params.unwrap_or(Value::Null))
     }
@@ -133,14 +136,29 @@ impl Hub {
         self.sessions.len()
     }
 
-    pub(crate) fn insert(&self, session: Arc<Session>) {
-        self.sessions.insert(session.id.clone(), session);
+    /// Lists `session`; returns the session it replaces (a resumed session's
+    /// old socket, on this edge).
+    pub(crate) fn insert(&self, session: Arc<Session>) -> Option<Arc<Session>> {
+        let replaced = self.sessions.insert(session.id.clone(), session);
+        self.metrics.sessions.set(i64::try_from(self.sessions.len()).unwrap_or(i64::MAX));
+        replaced
+    }
+
+    /// Unlists `session` if it is the one listed under its id (a resumed
+    /// session's new socket may hold the id by now).
+    pub(crate) fn remove(&self, session: &Session) {
+        self.sessions.remove_if(&session.id, |_, listed| std::ptr::eq(Arc::as_ptr(listed), session));
         self.metrics.sessions.set(i64::try_from(self.sessions.len()).unwrap_or(i64::MAX));
     }
 
-    pub(crate) fn remove(&self, id: &str) {
-        self.sessions.remove(id);
-        self.metrics.sessions.set(i64::try_from(self.sessions.len()).unwrap_or(i64::MAX));
+    /// Another edge resumed `id`: the session this edge holds for it, waiting
+    /// for its device, ends as resumed (its keyed calls follow it there).
+    pub fn resumed_elsewhere(&self, id: &str) {
+        if let Some(s) = self.session(id) {
+            if s.phase() == crate::session::Phase::Detached {
+                s.end(crate::exit::Exit::Resumed);
+            }
+        }
     }
 
     /// Whether the edge is draining: not ready, refusing new work, finishing calls in flight.
@@ -208,9 +226,9 @@ impl Hub {
     }
 
     /// Removes a latched session and remembers why it closed.
-    pub(crate) fn remove_closed(&self, id: &str, reason: &str) {
-        self.remove(id);
-        self.remember_closed(id, reason);
+    pub(crate) fn remove_closed(&self, session: &Session, reason: &str) {
+        self.remove(session);
+        self.remember_closed(&session.id, reason);
     }
 
     /// Remembers why a session closed, so a late call gets `channel_closed`

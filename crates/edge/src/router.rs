@@ -97,6 +97,24 @@ pub trait Router: std::fmt::Debug + Send + Sync {
         progress: Option<ProgressRelay>,
     ) -> Routed<'a, CallResponse>;
 
+    /// Hands the session `session` over to a device reconnecting with its
+    /// resume token (`secret`, checked with `principal`, once only), wherever
+    /// it is held; returns its applied seq.
+    fn claim<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        secret: &'a str,
+        principal: &'a str,
+    ) -> Routed<'a, u64>;
+
+    /// Makes `session`, about to be listed here, reachable from wherever the
+    /// router reaches: a cluster router subscribes it and waits until NATS has
+    /// the interest, so a backend that hears of it anywhere can call it.
+    fn hold<'a>(&'a self, _hub: &'a Arc<Hub>, _session: &'a str) -> Routed<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// This edge published `event` to its backends; a cluster router tells
     /// the other edges, and starts or stops answering for the session.
     fn published(&self, _event: &BackendEvent) {}
@@ -164,6 +182,16 @@ fn info(s: &Session) -> SessionInfo {
 }
 
 impl Router for Local {
+    fn claim<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        session: &'a str,
+        secret: &'a str,
+        principal: &'a str,
+    ) -> Routed<'a, u64> {
+        Box::pin(std::future::ready(Local::session(hub, session).and_then(|s| s.claim(secret, principal))))
+    }
+
     fn list<'a>(
         &'a self,
         hub: &'a Arc<Hub>,

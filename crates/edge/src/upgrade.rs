@@ -24,7 +24,7 @@ pub(crate) enum Route {
     /// A device session: its principal, the credential's remaining life, the
     /// principal's connection slot (held for the session's life), and the MCP
     /// revision it announced.
-    Client(String, Option<Duration>, PrincipalSlot, Option<Revision>),
+    Client(crate::session::DeviceUpgrade, PrincipalSlot),
     /// A backend link for this service principal.
     Backend(String),
 }
@@ -57,6 +57,12 @@ fn announced_revision(parts: &Parts) -> Option<Revision> {
     let query = parts.uri.query()?;
     let prefix = format!("{}=", crate::revision::QUERY);
     query.split('&').find_map(|pair| pair.strip_prefix(prefix.as_str())).and_then(Revision::parse)
+}
+
+/// The resume token a reconnecting device presents (`?resume=`).
+fn resume_token(parts: &Parts) -> Option<String> {
+    let prefix = format!("{}=", tether_contract::RESUME_QUERY);
+    parts.uri.query()?.split('&').find_map(|pair| pair.strip_prefix(prefix.as_str())).map(str::to_owned)
 }
 
 /// Decides an upgrade: which link, whose credential, and the response headers.
@@ -145,5 +151,11 @@ pub(crate) fn decide(parts: &Parts, hub: &Arc<Hub>) -> Result<Accepted, Refusal>
     };
     // The credential's remaining life, in the edge's own clock, so expiry obeys paused time too.
     let expires_in = Some(Duration::from_secs(claims.exp.saturating_sub(auth::now_secs())));
-    Ok(Accepted { route: Route::Client(claims.sub, expires_in, slot, announced_revision(parts)), headers })
+    let device = crate::session::DeviceUpgrade {
+        principal: claims.sub,
+        expires_in,
+        announced: announced_revision(parts),
+        resume: resume_token(parts),
+    };
+    Ok(Accepted { route: Route::Client(device, slot), headers })
 }

@@ -40,6 +40,8 @@ pub(crate) async fn pump(
 async fn moves(shared: &Shared, scope: &Scope, mine: &mut HashSet<String>, note: &Notification) -> bool {
     match note {
         Notification::ListChanged(c) => mine.contains(&c.session),
+        // Same session on a new socket: its catalog was read again.
+        Notification::SessionResumed(r) => mine.contains(&r.session),
         Notification::SessionClosed(c) => mine.remove(&c.session),
         // A new device of this user joins the aggregate (never a pinned view).
         Notification::SessionOpened(o) if scope.pinned.is_none() => {

@@ -103,6 +103,10 @@ pub struct DeviceSpec {
     pub answer_ceiling: Duration,
     /// Keep every received call in [`Observed`] (off for load, where it would grow without bound).
     pub record_calls: bool,
+    /// Answers by idempotency key: a call delivered again (after a resume)
+    /// gets the remembered answer instead of running twice. Clones of a spec
+    /// share it, so a device resumed with a clone of its spec remembers.
+    pub answered: Arc<Mutex<HashMap<String, Value>>>,
 }
 
 /// Why a device spec could not be built.
@@ -175,6 +179,7 @@ impl DeviceSpec {
             default_behavior: Behavior::Answer { latency: Duration::ZERO },
             answer_ceiling: Duration::from_secs(2),
             record_calls: true,
+            answered: Arc::default(),
         }
     }
 
@@ -214,6 +219,8 @@ pub struct ReceivedCall {
 #[derive(Debug, Default)]
 pub struct Observed {
     calls: Mutex<Vec<ReceivedCall>>,
+    /// Calls answered from memory: a key already answered, delivered again.
+    deduplicated: Mutex<Vec<String>>,
     cancels: Mutex<Vec<Value>>,
     manifest_reports: Mutex<Vec<Value>>,
     close_code: Mutex<Option<u16>>,
@@ -227,6 +234,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Observed {
+    /// Idempotency keys of calls answered from memory instead of run again.
+    pub fn deduplicated(&self) -> Vec<String> {
+        lock(&self.deduplicated).clone()
+    }
+
     /// Calls received so far.
     pub fn calls(&self) -> Vec<ReceivedCall> {
         lock(&self.calls).clone()
@@ -256,6 +268,7 @@ enum Control {
 pub struct SimHandle {
     control: mpsc::Sender<Control>,
     session: watch::Receiver<Option<String>>,
+    resume: watch::Receiver<Option<String>>,
     ready: watch::Receiver<bool>,
     /// What the device saw.
     pub observed: Arc<Observed>,
@@ -275,6 +288,11 @@ impl SimHandle {
     pub async fn ready(&mut self) -> Option<String> {
         self.ready.wait_for(|r| *r).await.ok()?;
         self.session_id().await
+    }
+
+    /// The token that resumes this device's session, from its latest `initialize`.
+    pub fn resume_token(&self) -> Option<String> {
+        self.resume.borrow().clone()
     }
 
     /// Replaces the catalog with a newer seq and announces it with `list_changed`.
@@ -300,7 +318,21 @@ pub struct SimDevice;
 impl SimDevice {
     /// Dials an edge (`ws://host:port`) with a client token and runs the device.
     pub async fn connect(edge: &str, token: &str, spec: DeviceSpec) -> Result<SimHandle, WsError> {
-        let url = format!("{}{CLIENT_PATH}", edge.trim_end_matches('/'));
+        SimDevice::resume(edge, token, spec, None).await
+    }
+
+    /// As [`SimDevice::connect`], presenting `resume` (a token from a former
+    /// connection's `initialize`) to take its session back.
+    pub async fn resume(
+        edge: &str,
+        token: &str,
+        spec: DeviceSpec,
+        resume: Option<&str>,
+    ) -> Result<SimHandle, WsError> {
+        let mut url = format!("{}{CLIENT_PATH}", edge.trim_end_matches('/'));
+        if let Some(resume) = resume {
+            url.push_str(&format!("?{}={resume}", tether_contract::RESUME_QUERY));
+        }
         let mut request = url.into_client_request()?;
         if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
             request.headers_mut().insert("authorization", v);
@@ -319,12 +351,20 @@ impl SimDevice {
     {
         let (control_tx, control_rx) = mpsc::channel(16);
         let (session_tx, session_rx) = watch::channel(None);
+        let (resume_tx, resume_rx) = watch::channel(None);
         let (done_tx, done_rx) = watch::channel(false);
         let (ready_tx, ready_rx) = watch::channel(false);
         let observed = Arc::new(Observed::default());
-        let signals = Signals { session: session_tx, ready: ready_tx, done: done_tx };
+        let signals = Signals { session: session_tx, resume: resume_tx, ready: ready_tx, done: done_tx };
         tokio::spawn(run(ws, spec, control_rx, signals, Arc::clone(&observed)));
-        SimHandle { control: control_tx, session: session_rx, ready: ready_rx, observed, done: done_rx }
+        SimHandle {
+            control: control_tx,
+            session: session_rx,
+            resume: resume_rx,
+            ready: ready_rx,
+            observed,
+            done: done_rx,
+        }
     }
 }
 
@@ -431,6 +471,7 @@ pub fn example_of(schema: &Value) -> Value {
 /// What the device task tells its handle.
 struct Signals {
     session: watch::Sender<Option<String>>,
+    resume: watch::Sender<Option<String>>,
     ready: watch::Sender<bool>,
     done: watch::Sender<bool>,
 }
@@ -471,7 +512,7 @@ async fn run<S>(
                 };
                 match jsonrpc::parse(text.as_str()) {
                     Ok(Frame::Request { id, method, params }) => {
-                        if !handle_request(&mut state, &out_tx, &signals.session, &observed, id, &method, params).await {
+                        if !handle_request(&mut state, &out_tx, &signals, &observed, id, &method, params).await {
                             break;
                         }
                     }
@@ -505,7 +546,7 @@ async fn run<S>(
 async fn handle_request(
     state: &mut State,
     out: &mpsc::Sender<Message>,
-    session: &watch::Sender<Option<String>>,
+    signals: &Signals,
     observed: &Observed,
     id: Value,
     method_name: &str,
@@ -516,7 +557,9 @@ async fn handle_request(
         method::INITIALIZE => {
             let sid = params.get("_meta").and_then(|m| m.get(meta::SESSION)).and_then(Value::as_str);
             state.session = sid.map(str::to_owned);
-            let _ = session.send(sid.map(str::to_owned));
+            let _ = signals.session.send(sid.map(str::to_owned));
+            let resume = params.get("_meta").and_then(|m| m.get(meta::RESUME)).and_then(Value::as_str);
+            signals.resume.send_replace(resume.map(str::to_owned));
             let _ = out.send(reply(serde_json::to_value(&state.spec.initialize).unwrap_or_default())).await;
         }
         method::TOOLS_LIST => {
@@ -531,6 +574,13 @@ async fn handle_request(
             let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
             let call_meta = params.get("_meta").cloned().unwrap_or(Value::Null);
             let progress_token = call_meta.get(meta::PROGRESS_TOKEN).cloned();
+            let key = call_meta.get(meta::IDEMPOTENCY_KEY).and_then(Value::as_str).map(str::to_owned);
+            // A call delivered again after a resume: answered from memory, never run twice.
+            if let Some(answer) = key.as_ref().and_then(|k| lock(&state.spec.answered).get(k).cloned()) {
+                lock(&observed.deduplicated).extend(key);
+                let _ = out.send(reply(answer)).await;
+                return true;
+            }
             if state.spec.record_calls {
                 lock(&observed.calls).push(ReceivedCall {
                     id: id.clone(),
@@ -568,6 +618,9 @@ async fn handle_request(
                     } else {
                         (latency, echo(state.seq_meta()))
                     };
+                    if let Some(key) = key {
+                        lock(&state.spec.answered).insert(key, frame.1.clone());
+                    }
                     delayed(out, id, frame.0, frame.1);
                 }
                 Behavior::Late { after } => {

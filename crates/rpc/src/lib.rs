@@ -154,6 +154,22 @@ impl<A, T> Pending<A, T> {
         Some(failed)
     }
 
+    /// Fails the waiting requests whose tag `doomed` picks with `reason`,
+    /// leaving the rest waiting and the table open; returns how many failed.
+    pub fn fail_where(&self, doomed: impl Fn(&T) -> bool, reason: &str) -> usize {
+        let failed: Vec<Waiter<A, T>> = {
+            let mut state = lock(&self.state);
+            let ids: Vec<u64> =
+                state.waiting.iter().filter(|(_, w)| doomed(&w.tag)).map(|(id, _)| *id).collect();
+            ids.iter().filter_map(|id| state.waiting.remove(id)).collect()
+        };
+        let n = failed.len();
+        for waiter in failed {
+            let _ = waiter.tx.send(Outcome::Closed(reason.to_owned()));
+        }
+        n
+    }
+
     /// The latch's reason, once latched.
     pub fn closed(&self) -> Option<String> {
         lock(&self.state).closed.clone()
@@ -304,6 +320,19 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO, "nobody waited out a deadline");
         assert_eq!(pending.latch("second"), None, "the first latch wins");
         assert_eq!(pending.open(()).err(), Some("socket lost".to_owned()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_where_fails_only_the_picked_requests_and_the_table_stays_open() {
+        let pending: Pending<u32, bool> = Pending::new(8);
+        let kept = pending.open(true).unwrap_or_else(|r| panic!("open: {r}"));
+        let failed = pending.open(false).unwrap_or_else(|r| panic!("open: {r}"));
+        assert_eq!(pending.fail_where(|keep| !keep, "connection_lost"), 1);
+        assert_eq!(failed.wait_until(soon(), |_| {}).await, Outcome::Closed("connection_lost".into()));
+        assert_eq!(pending.waiting(), 1);
+        assert_eq!(pending.complete(kept.id(), 7), Completion::Delivered);
+        assert_eq!(kept.wait_until(soon(), |_| panic!("not abandoned")).await, Outcome::Answered(7));
+        assert!(pending.open(false).is_ok(), "the table is still open");
     }
 
     #[tokio::test(start_paused = true)]

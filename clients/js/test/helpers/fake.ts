@@ -67,10 +67,14 @@ export class FakePeer {
     return until(() => this.sent.find(match), ms, what);
   }
 
-  /** Plays the edge's handshake: initialize, initialized, tools/list (all pages), manifest_applied. */
-  async handshake(sessionId = 'sess-1'): Promise<{ initialize: Frame; tools: Frame[] }> {
+  /**
+   * Plays the edge's handshake: initialize, initialized, tools/list (all
+   * pages), manifest_applied. `meta` is added to initialize's `_meta` (a
+   * resume token, say).
+   */
+  async handshake(sessionId = 'sess-1', meta: Frame = {}): Promise<{ initialize: Frame; tools: Frame[] }> {
     this.open();
-    const initialize = await this.ask('initialize', { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'fake-edge', version: '0' }, _meta: { 'tether.dev/session': sessionId } });
+    const initialize = await this.ask('initialize', { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'fake-edge', version: '0' }, _meta: { 'tether.dev/session': sessionId, ...meta } });
     this.deliver({ jsonrpc: '2.0', method: 'notifications/initialized', params: {} });
     const tools: Frame[] = [];
     let cursor: string | undefined;
@@ -92,9 +96,9 @@ export class FakePeer {
    * it. The listen stream and `manifest_applied` are left to the test, whose
    * order is what it checks.
    */
-  async discover(sessionId = 'sess-1'): Promise<{ discover: Frame; pages: Frame[] }> {
+  async discover(sessionId = 'sess-1', meta: Frame = {}): Promise<{ discover: Frame; pages: Frame[] }> {
     this.open();
-    const discover = await this.ask(MODERN_METHODS.discover, { _meta: { ...envelope(), 'tether.dev/session': sessionId } });
+    const discover = await this.ask(MODERN_METHODS.discover, { _meta: { ...envelope(), 'tether.dev/session': sessionId, ...meta } });
     const pages: Frame[] = [];
     let cursor: string | undefined;
     do {
@@ -110,7 +114,7 @@ export class FakePeer {
     this.deliver({ jsonrpc: '2.0', id, method: MODERN_METHODS.listen, params: { notifications: { toolsListChanged: true }, _meta: envelope() } });
   }
 
-  /** The edge closes the socket. */
+  /** The socket closes with `code` (1006: the connection dropped without a close frame). */
   closeFromEdge(code: number, reason = ''): void {
     this.#open = false;
     this.#handlers.onClose({ code, reason });

@@ -63,7 +63,7 @@ describe('client link protocol', () => {
     const online = nextEvent(c, 'online', 2_000);
     const peer = await edge.peer(0);
     await peer.handshake('sess-42');
-    assert.deepEqual(await online, { sessionId: 'sess-42', seq: 1 });
+    assert.deepEqual(await online, { sessionId: 'sess-42', seq: 1, resumed: false });
     assert.equal(c.sessionId, 'sess-42');
     assert.deepEqual(await manifest, { sessionId: 'sess-42', seq: 1, kept: 1, dropped: [] });
   });

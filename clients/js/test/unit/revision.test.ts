@@ -109,7 +109,7 @@ describe('MCP 2026-07-28', () => {
       params: { _meta: { [SUB]: 41 }, notifications: { toolsListChanged: true } },
     });
     peer.deliver({ jsonrpc: '2.0', method: 'notifications/tether.dev/manifest_applied', params: { seq: 1, kept: 1, dropped: [] } });
-    assert.deepEqual(await online, { sessionId: 'sess-7', seq: 1 });
+    assert.deepEqual(await online, { sessionId: 'sess-7', seq: 1, resumed: false });
     assert.equal(c.protocolVersion, MODERN);
 
     c.setTools([tool('countItems')]);

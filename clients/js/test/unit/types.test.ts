@@ -43,6 +43,6 @@ test('typed tools of different argument types share one catalog', async () => {
   await peer.handshake('s');
   const res = await peer.ask('tools/call', { name: 'getWeather', arguments: { city: 'Oslo' } });
   assert.deepEqual((res['result'] as Record<string, unknown>)['structuredContent'], { city: 'Oslo', tempC: 21, units: 'c' });
-  assert.deepEqual(online, [{ sessionId: 's', seq: 1 }]);
+  assert.deepEqual(online, [{ sessionId: 's', seq: 1, resumed: false }]);
   await client.close();
 });

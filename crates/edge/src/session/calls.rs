@@ -17,8 +17,9 @@ use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
 
-use super::{cancel_on_device, ms, Session};
+use super::{cancel_on_device, ms, Phase, Session};
 use crate::counters::EdgeCounters;
+use crate::exit::Exit;
 use crate::ws::Outbound;
 
 /// How many recent calls `sessions/inspect` shows.
@@ -38,6 +39,8 @@ pub(super) enum Answer {
 pub(super) struct Late {
     pub(super) tool: String,
     pub(super) deadline: Instant,
+    /// A call with an idempotency key: it survives a resume (delivered again on the new socket).
+    pub(super) keyed: bool,
 }
 
 /// Why a request to the device produced no result.
@@ -95,19 +98,28 @@ impl Session {
     /// Exactly one outcome: if the answer races the timer, the answer wins and
     /// the timeout is not reported. Dropped mid-flight (the backend cancelled),
     /// the device is told to stop.
+    ///
+    /// A `keyed` request made while the session is detached is not sent: it
+    /// waits for the device to resume (see [`Session::call_tool`]).
     pub(super) async fn request<P: serde::Serialize>(
         &self,
         method: &'static str,
         params: P,
         leg: Duration,
         tool: &str,
+        keyed: bool,
     ) -> Result<(Value, usize), RequestError> {
         let deadline = Instant::now() + leg;
         let request =
-            self.calls.open(Late { tool: tool.to_owned(), deadline }).map_err(RequestError::Closed)?;
+            self.calls.open(Late { tool: tool.to_owned(), deadline, keyed }).map_err(RequestError::Closed)?;
         let id = request.id();
         let frame = jsonrpc::request(&Value::from(id), method, &params);
-        if let Err(e) = self.outbound.try_send(Outbound::Text(frame)) {
+        if self.phase() == Phase::Detached {
+            if !keyed {
+                drop(request);
+                return Err(RequestError::Closed(self.detach_reason().to_owned()));
+            }
+        } else if let Err(e) = self.outbound.try_send(Outbound::Text(frame)) {
             drop(request);
             return Err(match e {
                 mpsc::error::TrySendError::Full(_) => {
@@ -233,6 +245,7 @@ impl Session {
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
         }
+        let relay = progress.clone();
         // The device gets a token of the edge's own; its progress goes back under the backend's.
         let _progress = progress.map(|relay| {
             let token = self.calls.fresh_id();
@@ -242,10 +255,17 @@ impl Session {
         });
         let device_params = DeviceCall { name: &original, arguments: &params.arguments, meta: &call_meta };
         let started = Instant::now();
-        let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original).await;
+        let keyed = params.meta.idempotency_key.is_some();
+        let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original, keyed).await;
         self.observe_leg(Leg::ToolCall, started);
         let (value, bytes) = match outcome {
             Ok(ok) => ok,
+            Err(RequestError::Closed(reason)) if keyed && reason == Exit::Resumed.as_str() => {
+                // The device resumed on a new socket (here or on another edge):
+                // the call follows it there, within what is left of its leg.
+                drop(_progress);
+                return self.follow_resumed(params, relay, leg.saturating_sub(started.elapsed())).await;
+            }
             Err(RequestError::Timeout { id }) => {
                 cancel_on_device(self, id, &format!("tether edge stopped waiting after {} ms", ms(leg)));
                 fallback!(self.counters().call_timeouts, warn, session = %self.id, call_id = id, tool = %params.name, original = %original, leg_ms = ms(leg), "tool_call leg expired; device told to cancel");
@@ -298,6 +318,25 @@ impl Session {
             response.seq = current.seq;
         }
         Ok(response)
+    }
+
+    /// Delivers a keyed call again to the session that resumed this one,
+    /// through the router (the new socket may be on another edge); the device
+    /// de-duplicates by the idempotency key.
+    async fn follow_resumed(
+        &self,
+        mut params: CallParams,
+        progress: Option<ProgressRelay>,
+        left: Duration,
+    ) -> Result<CallResponse, WireError> {
+        if left.is_zero() {
+            return Err(WireError::timeout(Leg::ToolCall, 0));
+        }
+        EdgeCounters::bump(&self.counters().calls_redelivered);
+        info!(session = %self.id, tool = %params.name, left_ms = ms(left), "keyed call delivered again on the resumed session's new socket");
+        params.meta.budget_ms = Some(ms(left).max(1));
+        let hub = std::sync::Arc::clone(&self.hub);
+        hub.router().call(&hub, params, &self.principal, progress).await
     }
 
     /// Relays a device's `notifications/progress` to the backend that asked for

@@ -63,9 +63,9 @@ impl Session {
             "protocolVersion": MCP_PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": {"name": "tether-edge", "version": env!("CARGO_PKG_VERSION")},
-            "_meta": {meta::SESSION: self.id},
+            "_meta": self.identity_meta(Map::new()),
         });
-        let (value, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE).await?;
+        let (value, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE, false).await?;
         let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
             RequestError::Malformed(format!("device sent a malformed initialize result: {e}"))
         })?;
@@ -77,11 +77,10 @@ impl Session {
 
     /// The 2026-07-28 start: `server/discover` with the envelope; no handshake follows.
     async fn discover(&self, budget: Duration) -> Result<Identity, WireError> {
-        let mut meta = crate::revision::envelope();
-        meta.insert(meta::SESSION.into(), Value::from(self.id.as_str()));
+        let meta = self.identity_meta(crate::revision::envelope());
         let discover = crate::revision::method::SERVER_DISCOVER;
         let (value, _) = self
-            .request(discover, json!({ "_meta": meta }), budget, discover)
+            .request(discover, json!({ "_meta": meta }), budget, discover, false)
             .await
             .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
         let found = crate::revision::read_discover(&value)
@@ -92,6 +91,16 @@ impl Session {
             instructions: found.instructions,
             concept: found.concept,
         })
+    }
+
+    /// `meta` plus the session id the edge minted and, when resume is on,
+    /// the token that resumes this session after a brief disconnect.
+    fn identity_meta(&self, mut meta: Map<String, Value>) -> Map<String, Value> {
+        meta.insert(meta::SESSION.into(), Value::from(self.id.as_str()));
+        if let Some(token) = self.resume_token() {
+            meta.insert(meta::RESUME.into(), Value::from(token));
+        }
+        meta
     }
 
     /// Session identity is the edge's to mint, never a device's to claim.
@@ -184,7 +193,7 @@ impl Session {
             let params = Value::Object(params);
             let left = deadline.saturating_duration_since(Instant::now());
             let (value, _) = self
-                .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST)
+                .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST, false)
                 .await
                 .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
             let page: ListToolsResult = serde_json::from_value(value).map_err(|e| {

@@ -1,7 +1,9 @@
 //! One device session: its socket, its pending calls, its manifest, its latch.
 //!
 //! A session moves one way through [`Phase`]: `Starting` (handshake and first
-//! catalog read), `Ready` (listed, callable), `Closed` (latched). The read
+//! catalog read), `Ready` (listed, callable), `Detached` (its transport went
+//! away; it waits the resume grace for its device to come back with its resume
+//! token, keeping calls that carry an idempotency key), `Closed` (latched). The read
 //! loop owns the socket's read half; a writer task owns the sink and drains a
 //! bounded queue. Calls wait in a [`tether_rpc::Pending`] table whose latch
 //! changes with it: once latched, every call in flight has been failed with
@@ -23,14 +25,15 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
-use tether_contract::backend::{RecentCall, SessionClosed, SessionOpened};
+use tether_contract::backend::{RecentCall, SessionClosed, SessionOpened, SessionResumed};
+use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::method;
 use tether_contract::{Caps, Leg};
 use tether_counters::fallback;
-use tether_rpc::Pending;
+use tether_rpc::{lock, Pending};
 
 use crate::counters::EdgeCounters;
 use crate::exit::Exit;
@@ -59,8 +62,11 @@ pub enum Phase {
     Starting = 0,
     /// Listed on the hub: backends may call it.
     Ready = 1,
+    /// The transport went away: still listed, waiting for its device to
+    /// resume; keyed calls wait for the new socket, the rest fail at once.
+    Detached = 2,
     /// Latched: every call failed or refused with `channel_closed`.
-    Closed = 2,
+    Closed = 3,
 }
 
 impl Phase {
@@ -68,9 +74,24 @@ impl Phase {
         match v {
             0 => Phase::Starting,
             1 => Phase::Ready,
+            2 => Phase::Detached,
             _ => Phase::Closed,
         }
     }
+}
+
+/// How a device connection arrived: who it is, for how long, what it
+/// announced, and the resume token it presented.
+#[derive(Debug, Clone)]
+pub struct DeviceUpgrade {
+    /// Verified principal of the device credential.
+    pub principal: String,
+    /// The credential's remaining life.
+    pub expires_in: Option<Duration>,
+    /// The MCP revision announced at the upgrade.
+    pub announced: Option<Revision>,
+    /// The resume token presented at the upgrade (`?resume=`).
+    pub resume: Option<String>,
 }
 
 /// What the handshake settled, fixed for the session's life.
@@ -109,37 +130,162 @@ pub struct Session {
     /// Why the session ended; the first exit wins and owns the close frame.
     exit: OnceLock<Exit>,
     closed: CancellationToken,
+    /// Cancelled when this socket's part ends (detached or closed): the
+    /// writer sends its close frame, the reader stops.
+    socket_done: CancellationToken,
+    /// The edge's shutdown: a detached session ends with it.
+    shutdown: CancellationToken,
+    /// The secret half of this session's resume token, until it is used.
+    resume_secret: Mutex<Option<String>>,
+    /// Why the transport went away, once detached.
+    detached: OnceLock<Exit>,
+    /// This session resumed one that had this seq (None: a new session).
+    resumed: Option<u64>,
 }
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A fresh random secret for a resume token (128 bits, hex); None when the
+/// system has no randomness to give (then the session cannot be resumed).
+fn resume_secret() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A resume token's two halves: `<session>.<secret>`.
+fn split_resume_token(token: &str) -> Option<(&str, &str)> {
+    token.split_once('.').filter(|(id, secret)| !id.is_empty() && !secret.is_empty())
+}
+
 impl Session {
     fn new(
         hub: Arc<Hub>,
-        principal: String,
-        announced: Option<Revision>,
+        device: &DeviceUpgrade,
         outbound: mpsc::Sender<Outbound>,
+        shutdown: CancellationToken,
+        resumed: Option<(String, u64)>,
     ) -> Session {
+        let secret = if hub.config.resume_grace.is_zero() { None } else { resume_secret() };
+        let (id, resumed_seq) = match resumed {
+            Some((id, seq)) => (id, Some(seq)),
+            None => (uuid::Uuid::new_v4().to_string(), None),
+        };
         Session {
-            id: uuid::Uuid::new_v4().to_string(),
-            principal,
+            id,
+            principal: device.principal.clone(),
             hub,
             phase: AtomicU8::new(Phase::Starting as u8),
-            announced,
+            announced: device.announced,
             handshake: OnceLock::new(),
             outbound,
             calls: Pending::new(LATE_MEMORY),
             progress: Mutex::default(),
             manifest: ManifestState::default(),
-            read_stamp: AtomicU64::new(0),
+            // A resumed session's unstamped catalogs go on from its old seq, never back.
+            read_stamp: AtomicU64::new(resumed_seq.unwrap_or(0)),
             refresh: Notify::new(),
             listen_id: AtomicU64::new(0),
             recent: Mutex::default(),
             exit: OnceLock::new(),
             closed: CancellationToken::new(),
+            socket_done: CancellationToken::new(),
+            shutdown,
+            resume_secret: Mutex::new(secret),
+            detached: OnceLock::new(),
+            resumed: resumed_seq,
         }
+    }
+
+    /// The token the device presents to resume this session (`<id>.<secret>`),
+    /// while it is unused; None when resume is off.
+    pub fn resume_token(&self) -> Option<String> {
+        lock(&self.resume_secret).as_ref().map(|secret| format!("{}.{secret}", self.id))
+    }
+
+    /// Hands this session over to a new socket presenting its resume token:
+    /// checks the token (once only) and the principal, detaches the old
+    /// socket if it still looked alive, and returns the applied seq.
+    pub fn claim(self: &Arc<Self>, secret: &str, principal: &str) -> Result<u64, WireError> {
+        let refused = |why: &str| {
+            WireError::new(ErrorKind::Forbidden, format!("resume token refused: {why}"))
+                .with("session", self.id.as_str())
+        };
+        if principal != self.principal {
+            return Err(refused("it belongs to another principal"));
+        }
+        {
+            let mut stored = lock(&self.resume_secret);
+            let matches = stored
+                .as_deref()
+                .is_some_and(|s| bool::from(subtle::ConstantTimeEq::ct_eq(s.as_bytes(), secret.as_bytes())));
+            if !matches {
+                return Err(refused("unknown or already used"));
+            }
+            *stored = None;
+        }
+        match self.phase() {
+            // The device is back before its old socket was found dead: that socket is done.
+            Phase::Ready => self.detach(Exit::ConnectionLost),
+            Phase::Detached => {}
+            Phase::Starting | Phase::Closed => {
+                return Err(WireError::channel_closed(self.calls.closed().as_deref().unwrap_or("closed"))
+                    .with("session", self.id.as_str()))
+            }
+        }
+        Ok(self.manifest.seq().unwrap_or(0))
+    }
+
+    /// Ends the socket's part: a transport loss on a listed session waits the
+    /// resume grace for its device (detached); anything else ends the session.
+    pub fn leave(self: &Arc<Self>, exit: Exit) {
+        let resumable = exit.resumable()
+            && !self.hub.config.resume_grace.is_zero()
+            && !self.shutdown.is_cancelled()
+            && lock(&self.resume_secret).is_some();
+        match self.phase() {
+            Phase::Ready if resumable => self.detach(exit),
+            Phase::Detached => {}
+            _ => self.end(exit),
+        }
+    }
+
+    /// Detaches a listed session from its dead socket: calls without an
+    /// idempotency key fail now with `channel_closed`; keyed ones wait for the
+    /// device to resume (then they are delivered again on its new socket), or
+    /// fail when the grace runs out.
+    fn detach(self: &Arc<Self>, exit: Exit) {
+        if self.detached.set(exit).is_err() || self.phase() != Phase::Ready {
+            return;
+        }
+        self.advance(Phase::Detached);
+        // The socket's part ends now (a half-open one still gets its close frame).
+        self.socket_done.cancel();
+        let reason = exit.as_str();
+        let failed = self.calls.fail_where(|late| !late.keyed, reason);
+        EdgeCounters::bump(&self.counters().sessions_detached);
+        let grace = self.hub.config.resume_grace;
+        info!(session = %self.id, principal = %self.principal, reason, failed, grace_ms = ms(grace), "device transport lost; waiting for it to resume");
+        let s = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {
+                    if s.phase() == Phase::Detached {
+                        fallback!(s.counters().resume_grace_expired, info, session = %s.id, grace_ms = ms(grace), "device did not resume within the grace; session closed");
+                        s.end(exit);
+                    }
+                }
+                () = s.shutdown.cancelled() => s.end(Exit::Shutdown),
+                () = s.closed.cancelled() => {}
+            }
+        });
+    }
+
+    /// Why the transport went away, for calls refused while detached.
+    fn detach_reason(&self) -> &'static str {
+        self.detached.get().map_or("disconnected", |e| e.as_str())
     }
 
     /// Where the session is in its life.
@@ -201,6 +347,10 @@ impl Session {
 
     /// Queues a frame for the device; a full queue drops it, counted.
     fn send(&self, frame: String, what: &str) -> bool {
+        if self.phase() == Phase::Detached {
+            debug!(session = %self.id, what, "frame for a detached device not sent: its socket is gone");
+            return false;
+        }
         if self.outbound.try_send(Outbound::Text(frame)).is_err() {
             fallback!(self.counters().outbound_full, debug, session = %self.id, what, "frame for the device dropped: outbound queue full or closed");
             return false;
@@ -222,7 +372,14 @@ impl Session {
         let _ = self.exit.set(exit);
         self.advance(Phase::Closed);
         self.closed.cancel();
-        self.hub.remove_closed(&self.id, reason);
+        self.socket_done.cancel();
+        if exit == Exit::Resumed {
+            // The session lives on, on its new socket: no tombstone, no `session_closed`.
+            self.hub.remove(self);
+            info!(session = %self.id, in_flight, "session resumed on a new socket; keyed calls in flight follow it");
+            return;
+        }
+        self.hub.remove_closed(self, reason);
         EdgeCounters::bump(&self.counters().sessions_latched);
         info!(session = %self.id, principal = %self.principal, reason, in_flight, "session latched closed");
         self.hub.publish(BackendEvent::SessionClosed(SessionClosed {
@@ -231,9 +388,14 @@ impl Session {
         }));
     }
 
-    /// The close frame the writer sends once the session has ended.
+    /// The close frame the writer sends once the socket's part has ended
+    /// (the session ended, or detached to wait for its device).
     fn close_frame(&self) -> (CloseCode, &'static str) {
-        self.exit.get().and_then(|e| e.close()).unwrap_or((CloseCode::Normal, "session closed"))
+        self.exit
+            .get()
+            .or(self.detached.get())
+            .and_then(|e| e.close())
+            .unwrap_or((CloseCode::Normal, "session closed"))
     }
 
     /// Lists a session whose handshake succeeded, then tells backends and the device.
@@ -242,14 +404,23 @@ impl Session {
         let seq = self.manifest.seq().unwrap_or(0);
         info!(session = %self.id, principal = %self.principal, seq, "device session ready");
         if !self.is_closed() {
-            self.hub.insert(Arc::clone(self));
+            let replaced = self.hub.insert(Arc::clone(self));
             self.advance(Phase::Ready);
             // An exit can race the insert; make sure a closed session never stays listed.
             if self.is_closed() {
-                self.hub.remove(&self.id);
+                self.hub.remove(self);
             } else {
-                self.hub
-                    .publish(BackendEvent::SessionOpened(SessionOpened { session: self.id.clone(), seq }));
+                // A resumed session on the edge that held it: the old socket's part ends here.
+                if let Some(old) = replaced.filter(|old| !Arc::ptr_eq(old, self)) {
+                    old.end(Exit::Resumed);
+                }
+                let session = self.id.clone();
+                if self.resumed.is_some() {
+                    EdgeCounters::bump(&self.counters().sessions_resumed);
+                    self.hub.publish(BackendEvent::SessionResumed(SessionResumed { session, seq }));
+                } else {
+                    self.hub.publish(BackendEvent::SessionOpened(SessionOpened { session, seq }));
+                }
             }
         }
         // Listed first, then told: the device's "ready" means callable.
@@ -260,32 +431,35 @@ impl Session {
 }
 
 /// Serves one device over an upgraded WebSocket until it closes, the edge
-/// shuts down, or the device breaks the protocol.
+/// shuts down, or the device breaks the protocol. A device presenting a resume
+/// token takes over its session (on this edge or another) before the handshake.
 pub async fn serve_client<S, W>(
     hub: Arc<Hub>,
     sink: W,
     stream: S,
-    principal: String,
-    expires_in: Option<Duration>,
-    announced: Option<Revision>,
+    device: DeviceUpgrade,
     shutdown: CancellationToken,
 ) where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
     W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
-    let expires_at = expires_in.map(|d| Instant::now() + d);
+    let expires_at = device.expires_in.map(|d| Instant::now() + d);
+    let resumed = match device.resume.as_deref() {
+        Some(token) => claim(&hub, token, &device.principal).await,
+        None => None,
+    };
     let (tx, rx) = mpsc::channel(hub.config.outbound_queue);
-    let session = Arc::new(Session::new(Arc::clone(&hub), principal, announced, tx));
+    let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
     let writer_session = Arc::clone(&session);
     let writer = tokio::spawn(async move {
-        let closed = writer_session.closed.clone();
+        let closed = writer_session.socket_done.clone();
         let close_frame = {
             let s = Arc::clone(&writer_session);
             move || s.close_frame()
         };
         if let Err(e) = crate::ws::write_loop(sink, rx, closed, close_frame).await {
             debug!(session = %writer_session.id, error = %e, "device socket write failed");
-            writer_session.end(Exit::WriteFailed);
+            writer_session.leave(Exit::WriteFailed);
         }
     });
     let lifecycle_session = Arc::clone(&session);
@@ -297,6 +471,10 @@ pub async fn serve_client<S, W>(
             // Boxed so the idle task keeps only the refresher's small state.
             match Box::pin(s.initialize()).await {
                 Ok(report) => {
+                    // Reachable from every edge before anyone is told it is ready.
+                    if let Err(e) = s.hub.router().hold(&s.hub, &s.id).await {
+                        warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
+                    }
                     s.open(report);
                     s.refresher().await;
                 }
@@ -312,9 +490,32 @@ pub async fn serve_client<S, W>(
 
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
     let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
-    session.end(exit);
+    session.leave(exit);
     let _ = lifecycle.await;
     let _ = writer.await;
+}
+
+/// Claims the session a resume token names, wherever it is held; None (a
+/// new session, counted and logged) when the token is refused.
+async fn claim(hub: &Arc<Hub>, token: &str, principal: &str) -> Option<(String, u64)> {
+    let Some((id, secret)) = split_resume_token(token) else {
+        fallback!(
+            hub.counters().resumes_refused,
+            info,
+            "resume token malformed; the device gets a new session"
+        );
+        return None;
+    };
+    match hub.router().claim(hub, id, secret, principal).await {
+        Ok(seq) => {
+            info!(session = id, seq, "device resuming its session");
+            Some((id.to_owned(), seq))
+        }
+        Err(e) => {
+            fallback!(hub.counters().resumes_refused, info, session = id, error = %e, "resume refused; the device gets a new session");
+            None
+        }
+    }
 }
 
 /// Tells the device to stop a request; `reason` is what its log will show.

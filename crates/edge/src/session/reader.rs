@@ -73,7 +73,7 @@ where
         let next = tokio::select! {
             next = stream.next() => next,
             _ = shutdown.cancelled() => return Exit::Shutdown,
-            _ = session.closed.cancelled() => return Exit::Latched,
+            _ = session.socket_done.cancelled() => return Exit::Latched,
             _ = tokio::time::sleep_until(check_at) => {
                 let now = Instant::now();
                 if expires_at.is_some_and(|e| now >= e) {
