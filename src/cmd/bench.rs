@@ -26,6 +26,16 @@ pub(crate) struct Args {
     /// Only the independent driver's rows (devices, driver and server in three processes).
     #[arg(long)]
     independent: bool,
+    /// The cluster bench instead: idle sessions over edges joined by one NATS
+    /// server (needs nats-server), then calls local and across edges.
+    #[arg(long)]
+    cluster: bool,
+    /// Sessions for --cluster.
+    #[arg(long, default_value_t = 100_000)]
+    cluster_sessions: usize,
+    /// Edges for --cluster (one device process per edge).
+    #[arg(long, default_value_t = 6)]
+    edges: usize,
     /// Measure another build's `tether serve` (e.g. the previous commit's) with this build's drivers.
     #[arg(long)]
     server_exe: Option<PathBuf>,
@@ -46,6 +56,9 @@ pub(crate) struct FleetArgs {
     /// Move the seq on every call.
     #[arg(long)]
     move_seq: bool,
+    /// Loopback source address to dial from (e.g. 127.0.0.2).
+    #[arg(long)]
+    source: Option<std::net::IpAddr>,
     /// The server's HS256 secret.
     #[arg(long, env = "TETHER_BENCH_SECRET", hide_env_values = true)]
     secret: String,
@@ -92,6 +105,21 @@ pub(crate) struct RelayArgs {
 pub(crate) async fn run(args: Args) -> Result<(), String> {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    if args.cluster {
+        let cfg = tether_harness::bench::cluster::ClusterBenchConfig {
+            exe,
+            sessions: args.cluster_sessions,
+            edges: args.edges,
+            seconds: args.seconds,
+        };
+        let report = tether_harness::bench::cluster::run(cfg).await.map_err(|e| e.to_string())?;
+        println!("{}", report.table());
+        if let Some(path) = args.json {
+            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        return Ok(());
+    }
     let cfg = tether_harness::bench::BenchConfig {
         exe,
         seconds: if args.quick { 2 } else { args.seconds },
@@ -131,6 +159,7 @@ pub(crate) async fn fleet(args: FleetArgs) -> Result<(), String> {
         secret: args.secret,
         relay: args.relay,
         move_seq: args.move_seq,
+        source: args.source,
     };
     fleet::run(cfg, |sessions| announce(&serde_json::to_string(&sessions).unwrap_or_default()))
         .await

@@ -340,7 +340,7 @@ async fn scrape_all(edges: &[String]) -> EdgeSample {
 
 /// One plain GET over hyper's client (the edge keeps connections alive, so
 /// reading to EOF would wait for its idle timeout).
-async fn http_get(addr: &str, path: &str) -> Option<String> {
+pub(crate) async fn http_get(addr: &str, path: &str) -> Option<String> {
     use http_body_util::BodyExt;
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let (mut sender, conn) =

@@ -39,6 +39,9 @@ pub struct FleetConfig {
     pub relay: bool,
     /// Move the seq on every call (the edge re-reads the catalog each time).
     pub move_seq: bool,
+    /// Loopback source address to dial from (127.0.0.x): each address has
+    /// its own ~28,000 ephemeral ports, so large fleets spread over several.
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// One connected device: its session and the user credential calls to it carry.
@@ -87,6 +90,7 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
             credential,
             relay: cfg.relay,
             move_seq: cfg.move_seq,
+            source: cfg.source,
             seq: 1,
             total: cfg.devices,
             readied: Arc::clone(&readied),
@@ -103,7 +107,7 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
     if readied.load(Ordering::Acquire) < cfg.devices {
         tokio::select! {
             () = notified => {}
-            () = tokio::time::sleep(Duration::from_secs(120)) => {}
+            () = tokio::time::sleep(Duration::from_secs(300)) => {}
             Some(Err(e)) = tasks.join_next() => {
                 return Err(HarnessError::Peer(format!("a bench device failed: {e}")));
             }
@@ -124,6 +128,7 @@ struct Device {
     credential: String,
     relay: bool,
     move_seq: bool,
+    source: Option<std::net::IpAddr>,
     seq: u64,
     total: usize,
     readied: Arc<AtomicUsize>,
@@ -142,12 +147,12 @@ impl Device {
         let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
         let mut ws = None;
         for _ in 0..20 {
-            match tokio_tungstenite::connect_async_with_config(request.clone(), Some(config), true).await {
-                Ok((socket, _)) => {
+            match self.dial(request.clone(), config).await {
+                Some(socket) => {
                     ws = Some(socket);
                     break;
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                None => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
         let Some(mut ws) = ws else {
@@ -207,6 +212,32 @@ impl Device {
             }
         }
         Ok(())
+    }
+
+    /// One WebSocket connection, from the fleet's source address when it has one.
+    async fn dial(
+        &self,
+        request: tokio_tungstenite::tungstenite::handshake::client::Request,
+        config: WebSocketConfig,
+    ) -> Option<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>>
+    {
+        let Some(source) = self.source else {
+            return tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+                .await
+                .ok()
+                .map(|(ws, _)| ws);
+        };
+        let addr: std::net::SocketAddr =
+            self.url.trim_start_matches("ws://").trim_end_matches('/').parse().ok()?;
+        let socket = tokio::net::TcpSocket::new_v4().ok()?;
+        socket.bind(std::net::SocketAddr::new(source, 0)).ok()?;
+        let stream = socket.connect(addr).await.ok()?;
+        stream.set_nodelay(true).ok()?;
+        let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+            .await
+            .ok()
+            .map(|(ws, _)| ws)
     }
 
     fn ready(&self, session: Option<String>) {

@@ -9,6 +9,7 @@
 //! sees, and saturates before the server does. The server under test always
 //! runs in its own process so its CPU time and memory can be read from `/proc`.
 
+pub mod cluster;
 pub mod driver;
 pub mod fleet;
 pub mod independent;
