@@ -26,6 +26,10 @@ use tether_contract::mcp::method;
 use super::jwt::Signer;
 use crate::error::HarnessError;
 
+/// Handshakes one fleet runs at once: under the edge's default limit of
+/// unauthenticated connections per address (256).
+const CONNECTING: usize = 128;
+
 /// What the fleet process runs.
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
@@ -81,6 +85,9 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
     let signer = Signer::new(cfg.secret.as_bytes());
     let readied = Arc::new(AtomicUsize::new(0));
     let all_ready = Arc::new(Notify::new());
+    // A fleet connects like a reconnect storm a server should survive: many at
+    // once, but not more handshakes in flight than one address may hold.
+    let connecting = Arc::new(tokio::sync::Semaphore::new(CONNECTING));
     let sessions = Arc::new(std::sync::Mutex::new(Vec::with_capacity(cfg.devices)));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..cfg.devices {
@@ -94,6 +101,7 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
             seq: 1,
             total: cfg.devices,
             readied: Arc::clone(&readied),
+            connecting: Arc::clone(&connecting),
             all_ready: Arc::clone(&all_ready),
             sessions: Arc::clone(&sessions),
         };
@@ -132,6 +140,7 @@ struct Device {
     seq: u64,
     total: usize,
     readied: Arc<AtomicUsize>,
+    connecting: Arc<tokio::sync::Semaphore>,
     all_ready: Arc<Notify>,
     sessions: Arc<std::sync::Mutex<Vec<FleetSession>>>,
 }
@@ -145,8 +154,9 @@ impl Device {
             .map_err(|e| HarnessError::Peer(format!("bench device token: {e}")))?;
         request.headers_mut().insert("authorization", bearer);
         let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
+        let mut handshake = Arc::clone(&self.connecting).acquire_owned().await.ok();
         let mut ws = None;
-        for _ in 0..20 {
+        for _ in 0..50 {
             match self.dial(request.clone(), config).await {
                 Some(socket) => {
                     ws = Some(socket);
@@ -191,12 +201,14 @@ impl Device {
                     if self.relay {
                         ws.send(Message::text(reply)).await.ok();
                         self.ready(session.take());
+                        drop(handshake.take());
                         continue;
                     }
                     Some(reply)
                 }
                 (method::MANIFEST_APPLIED, None) => {
                     self.ready(session.take());
+                    drop(handshake.take());
                     None
                 }
                 (_, Some(id)) => Some(format!(
