@@ -471,3 +471,25 @@ async fn a_device_dropped_mid_call_resumes_on_another_edge_and_its_keyed_call_co
     assert!(metric(&b, "tether_sessions_resumed_total").await >= 1);
     assert!(metric(&c, "tether_calls_redelivered_total").await >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_that_boots_without_nats_serves_its_own_sessions_and_joins_when_nats_comes() {
+    // A port nothing listens on yet: NATS will come up there later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let (a, c) = (ServeProc::start(&url, "a"), ServeProc::start(&url, "c"));
+    until(SHORT, "the edge boots degraded", || async { readyz(&a).await.contains("degraded") }).await;
+    let on_a = backend_on(&a).await;
+    let (_local_dev, local) = device_on(&a, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    on_a.call(call(&local, "mira"), BUDGET).await.expect("its own sessions work without NATS");
+    let (_remote_dev, remote) = device_on(&c, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    let err = on_a.call(call(&remote, "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(err.detail("cluster"), Some(&json!("unreachable")), "{err:?}");
+
+    let _nats = NatsServer::on(port);
+    joined(&[&a, &c]).await;
+    until(Duration::from_secs(15), "the session held elsewhere is reachable once NATS is up", || async {
+        on_a.call(call(&remote, "mira"), BUDGET).await.is_ok()
+    })
+    .await;
+}

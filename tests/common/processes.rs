@@ -53,6 +53,11 @@ impl NatsServer {
         NatsServer::on_port(None, None)
     }
 
+    /// Starts on `port` (a port a test reserved for it).
+    pub fn on(port: u16) -> NatsServer {
+        NatsServer::on_port(Some(port), None)
+    }
+
     /// Starts with a server configuration file's `text` (e.g. `max_payload: 2048`).
     pub fn with_config(text: &str) -> NatsServer {
         let path =
