@@ -29,6 +29,15 @@ fn call(session: &str, user: &str) -> CallParams {
     CallParams { session: session.into(), name: "client__a".into(), arguments: json!({"n": 1}), meta }
 }
 
+/// Edges `a`, `b` and `c` on `nats`.
+fn three_edges(nats: &NatsServer) -> (ServeProc, ServeProc, ServeProc) {
+    (
+        ServeProc::start(&nats.url(), "a"),
+        ServeProc::start(&nats.url(), "b"),
+        ServeProc::start(&nats.url(), "c"),
+    )
+}
+
 async fn backend_on(edge: &ServeProc) -> BackendLink {
     let token = common::keys().issue("agent", "tether-backend", Duration::from_secs(600)).unwrap();
     BackendLink::connect(&edge.url, &token).await.unwrap()
@@ -113,11 +122,7 @@ async fn next_closed(events: &mut mpsc::Receiver<Notification>, session: &str) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_on_any_edge_reaches_a_device_on_another() {
     let nats = NatsServer::start();
-    let (a, b, c) = (
-        ServeProc::start(&nats.url(), "a"),
-        ServeProc::start(&nats.url(), "b"),
-        ServeProc::start(&nats.url(), "c"),
-    );
+    let (a, b, c) = three_edges(&nats);
     joined(&[&a, &b, &c]).await;
     let on_b = backend_on(&b).await;
     let mut heard_on_b = on_b.notifications().unwrap();
@@ -364,11 +369,7 @@ async fn a_call_larger_than_nats_carries_is_payload_too_large_not_a_wait() {
 async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses_nothing() {
     use tether_harness::soak::{run, Load, SoakConfig, DEFAULT_CALL_BUDGET, DEFAULT_FAULTS};
     let mut nats = NatsServer::start();
-    let (a, b, mut c) = (
-        ServeProc::start(&nats.url(), "a"),
-        ServeProc::start(&nats.url(), "b"),
-        ServeProc::start(&nats.url(), "c"),
-    );
+    let (a, b, mut c) = three_edges(&nats);
     joined(&[&a, &b, &c]).await;
     let day = Duration::from_secs(86_400);
     let devices = 60;
@@ -423,11 +424,7 @@ async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_dropped_mid_call_resumes_on_another_edge_and_its_keyed_call_completes_exactly_once() {
     let nats = NatsServer::start();
-    let (a, b, c) = (
-        ServeProc::start(&nats.url(), "a"),
-        ServeProc::start(&nats.url(), "b"),
-        ServeProc::start(&nats.url(), "c"),
-    );
+    let (a, b, c) = three_edges(&nats);
     joined(&[&a, &b, &c]).await;
     let on_a = std::sync::Arc::new(backend_on(&a).await);
     let mut heard_on_a = on_a.notifications().unwrap();

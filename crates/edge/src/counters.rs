@@ -205,7 +205,11 @@ impl Default for EdgeMetrics {
         registry.register("auth_refusals", "Upgrades refused, by reason", m.auth_refusals.clone());
         registry.register("frames_refused", "Frames refused from peers, by kind", m.frames_refused.clone());
         registry.register("leg_seconds", "Latency of each budget leg, in seconds", m.leg_seconds.clone());
-        registry.register("sessions", "Connected device sessions", m.sessions.clone());
+        registry.register(
+            "sessions",
+            "Device sessions listed: connected, or detached and waiting to resume",
+            m.sessions.clone(),
+        );
         registry.register(
             "sessions_by_revision",
             "Device sessions opened, by the MCP revision they speak",

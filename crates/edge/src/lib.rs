@@ -10,7 +10,8 @@
 //! - [`exit`] — why a session ended, and the close code each reason owns.
 //! - [`backend`] — one backend link: multiplexed requests over many sessions.
 //! - [`hub`] — shared state: the sessions held here, backend events, admission, drain.
-//! - [`router`] — the seam backend requests go through by session id ([`router::Local`] today).
+//! - [`router`] — the seam backend requests go through by session id: [`router::Local`]
+//!   here, or the cluster's router (`tether-cluster`, over NATS) beside it.
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
 //! - [`caps`] — the caps applied to a declared catalog (pure).
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
