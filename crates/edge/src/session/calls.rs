@@ -220,6 +220,14 @@ impl Session {
                 .with("available", Vec::<String>::new()));
         };
         if let Some(reason) = self.calls.closed() {
+            if reason == Exit::Resumed.as_str() && params.meta.idempotency_key.is_some() {
+                // Reached this socket just after the session moved to a new one: follow it.
+                let leg = params
+                    .meta
+                    .budget_ms
+                    .map_or(budgets.tool_call, |b| Duration::from_millis(b).min(budgets.tool_call));
+                return self.follow_resumed(params, progress, leg).await;
+            }
             fallback!(self.counters().calls_channel_closed, debug, session = %self.id, tool = %params.name, reason, "call refused: the session has closed");
             return Err(WireError::channel_closed(&reason));
         }

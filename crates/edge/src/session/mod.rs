@@ -368,6 +368,11 @@ impl Session {
     /// The first exit wins: a session already ended keeps its reason and close code.
     pub fn end(&self, exit: Exit) {
         let reason = exit.as_str();
+        if exit == Exit::Resumed {
+            // Unlisted before the latch wakes its keyed calls: they follow the
+            // session through the router, which must not find this socket again.
+            self.hub.remove(self);
+        }
         let Some(in_flight) = self.calls.latch(reason) else { return };
         let _ = self.exit.set(exit);
         self.advance(Phase::Closed);
@@ -375,7 +380,6 @@ impl Session {
         self.socket_done.cancel();
         if exit == Exit::Resumed {
             // The session lives on, on its new socket: no tombstone, no `session_closed`.
-            self.hub.remove(self);
             info!(session = %self.id, in_flight, "session resumed on a new socket; keyed calls in flight follow it");
             return;
         }

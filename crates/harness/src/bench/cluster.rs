@@ -62,6 +62,9 @@ pub struct ClusterReport {
     pub edges_rss: [u64; 2],
     /// The NATS server's resident memory before and after.
     pub nats_rss: [u64; 2],
+    /// CPU seconds spent while the fleets connected: the edges, the device
+    /// processes and the NATS server (where a slow connect rate comes from).
+    pub connect_cpu_s: [f64; 3],
     /// The call measurements.
     pub calls: Vec<CallRow>,
 }
@@ -191,6 +194,8 @@ pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError>
     let nats_before = rss(nats.pid);
 
     eprintln!("bench (cluster): {} sessions over {edges} edges", cfg.sessions);
+    let edges_cpu = |servers: &[Peer]| servers.iter().map(|s| super::cpu_seconds(s.pid)).sum::<f64>();
+    let (edges_cpu_before, nats_cpu_before) = (edges_cpu(&servers), super::cpu_seconds(nats.pid));
     let started = Instant::now();
     let mut fleets = Vec::with_capacity(edges);
     for (i, url) in urls.iter().enumerate() {
@@ -215,6 +220,11 @@ pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError>
         per_edge.push(list);
     }
     let connect_s = started.elapsed().as_secs_f64();
+    let connect_cpu_s = [
+        edges_cpu(&servers) - edges_cpu_before,
+        fleets.iter().map(|(f, _)| super::cpu_seconds(f.pid)).sum(),
+        super::cpu_seconds(nats.pid) - nats_cpu_before,
+    ];
     // Let allocators settle and the last subscriptions land before reading memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let edges_after: u64 = servers.iter().map(|s| rss(s.pid)).sum();
@@ -265,6 +275,7 @@ pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError>
         connect_s,
         edges_rss: [edges_before, edges_after],
         nats_rss: [nats_before, nats_after],
+        connect_cpu_s,
         calls,
     })
 }
