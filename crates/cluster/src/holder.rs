@@ -23,7 +23,7 @@ use tether_contract::error::{ErrorKind, WireError};
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
 use tether_edge::router::{Local, Router};
-use tether_edge::session::ProgressRelay;
+use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
 
@@ -91,33 +91,67 @@ async fn publish_events(
 
 /// Subscribes a session about to be listed here and serves it to the
 /// cluster; returns once NATS has the interest (a flush), so whoever hears
-/// of the session next can reach it.
-pub(crate) async fn hold(inner: &Arc<Inner>, hub: &Arc<Hub>, id: &str) -> Result<(), WireError> {
-    if !is_session_token(id) {
+/// of the session next can reach it. Cut off from NATS, it only lists
+/// locally; [`rehold`] subscribes it when NATS returns.
+pub(crate) async fn hold(
+    inner: &Arc<Inner>,
+    hub: &Arc<Hub>,
+    session: &Arc<Session>,
+) -> Result<(), WireError> {
+    let id = session.id.as_str();
+    if !is_session_token(id) || !inner.connected() {
         return Ok(());
     }
-    let sub = match inner.client.queue_subscribe(subject::session_all(id), subject::HOLDER_GROUP.into()).await
-    {
-        Ok(sub) => sub,
-        Err(e) => {
-            fallback!(inner.counters().publish_failures, warn, session = %id, error = %e, "could not subscribe a session: other edges cannot reach it");
-            return Err(WireError::new(ErrorKind::Internal, format!("could not subscribe the session: {e}")));
-        }
-    };
     let Some(shutdown) = inner.shutdown.get() else { return Ok(()) };
+    // This edge holds it now, whatever an earlier event said.
+    lock(&inner.remote).remove(id);
     let stop = shutdown.child_token();
     // A session resumed on this edge replaces its old socket's subscription.
     if let Some(old) = lock(&inner.held).insert(id.to_owned(), stop.clone()) {
         old.cancel();
     }
-    tokio::spawn(serve_session(Arc::clone(inner), Arc::clone(hub), id.to_owned(), sub, stop));
-    if inner.connected() {
-        // Without NATS the subscription waits in the client; the reconnect sends it.
-        if let Err(e) = inner.client.flush().await {
-            debug!(session = %id, error = %e, "flush after subscribing a session failed; it is sent on reconnect");
+    let sub = match inner.client.queue_subscribe(subject::session_all(id), subject::HOLDER_GROUP.into()).await
+    {
+        Ok(sub) => sub,
+        Err(e) => {
+            release(inner, id, &stop);
+            fallback!(inner.counters().publish_failures, warn, session = %id, error = %e, "could not subscribe a session: other edges cannot reach it");
+            return Err(WireError::new(ErrorKind::Internal, format!("could not subscribe the session: {e}")));
         }
+    };
+    if session.is_closed() {
+        // It ended while subscribing: its `closed` event may have gone by already.
+        release(inner, id, &stop);
+        return Ok(());
+    }
+    tokio::spawn(serve_session(Arc::clone(inner), Arc::clone(hub), id.to_owned(), sub, stop));
+    if let Err(e) = inner.client.flush().await {
+        debug!(session = %id, error = %e, "flush after subscribing a session failed; it is sent on reconnect");
     }
     Ok(())
+}
+
+/// Stops holding `id` if `stop` is still its entry.
+fn release(inner: &Inner, id: &str, stop: &CancellationToken) {
+    stop.cancel();
+    let mut held = lock(&inner.held);
+    if held.get(id).is_some_and(CancellationToken::is_cancelled) {
+        held.remove(id);
+    }
+}
+
+/// Subscribes the sessions listed here that are not held (they opened
+/// while NATS was unreachable), once NATS is back.
+async fn rehold(inner: Arc<Inner>, hub: Arc<Hub>) {
+    let unheld: Vec<Arc<Session>> =
+        hub.sessions().into_iter().filter(|s| !lock(&inner.held).contains_key(&s.id)).collect();
+    if unheld.is_empty() {
+        return;
+    }
+    info!(sessions = unheld.len(), "NATS is back: subscribing the sessions that opened without it");
+    for session in unheld {
+        let _ = hold(&inner, &hub, &session).await;
+    }
 }
 
 /// Serves one held session's subjects until it closes.
@@ -135,7 +169,12 @@ async fn serve_session(
         };
         match message.subject.rsplit('.').next() {
             Some("call") => {
-                tokio::spawn(serve_call(Arc::clone(&inner), Arc::clone(&hub), message));
+                // Registered before the call runs, so a cancel right behind it is never missed.
+                let cancel = CancellationToken::new();
+                if let Some(reply) = &message.reply {
+                    lock(&inner.serving).insert(reply.to_string(), cancel.clone());
+                }
+                tokio::spawn(serve_call(Arc::clone(&inner), Arc::clone(&hub), message, cancel));
             }
             Some("read") => {
                 tokio::spawn(serve_read(Arc::clone(&inner), Arc::clone(&hub), session.clone(), message));
@@ -157,7 +196,7 @@ async fn serve_session(
 
 /// Runs a call another edge's backend made: accepted at once, progress
 /// relayed, the outcome last; cancelled when the asking edge says so.
-async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message) {
+async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message, cancel: CancellationToken) {
     let Some(reply) = message.reply.as_ref().map(|r| r.to_string()) else {
         return bad(&inner, &message.subject, &"a call without a reply subject");
     };
@@ -170,14 +209,13 @@ async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message) {
                 format!("the edge holding the session could not read the call: {e}"),
             );
             let done = Reply::Done { outcome: Answer::of::<Value>(Err(refused)) };
+            lock(&inner.serving).remove(&reply);
             return inner.publish(reply, encode(&done)).await;
         }
     };
     inner.publish(reply.clone(), encode(&Reply::Accepted { edge: inner.me.clone() })).await;
     ClusterCounters::bump(&inner.counters().calls_served);
     debug!(session = %request.params.session, from = %request.from, "serving a call for another edge");
-    let cancel = CancellationToken::new();
-    lock(&inner.serving).insert(reply.clone(), cancel.clone());
     let _in_flight = hub.call_guard();
     let (tx, mut progress) = mpsc::channel(hub.config.outbound_queue.max(1));
     let relay = request.progress_token.map(|token| ProgressRelay::new(token, tx));
@@ -388,11 +426,19 @@ async fn beat(
 ) {
     let mut tick = tokio::time::interval(inner.config.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut connection = inner.metrics.connection.subscribe();
+    let beat_now = || encode(&Beat { edge: inner.me.clone(), sessions: hub.session_count() });
     loop {
         tokio::select! {
+            Ok(()) = connection.changed() => {
+                if *connection.borrow_and_update() {
+                    // (Back) on NATS: say so at once, and hold what opened without it.
+                    inner.publish(subject::BEAT.to_owned(), beat_now()).await;
+                    tokio::spawn(rehold(Arc::clone(&inner), Arc::clone(&hub)));
+                }
+            }
             _ = tick.tick() => {
-                let beat = Beat { edge: inner.me.clone(), sessions: hub.session_count() };
-                inner.publish(subject::BEAT.to_owned(), encode(&beat)).await;
+                inner.publish(subject::BEAT.to_owned(), beat_now()).await;
                 // Silence heard while this edge is cut off from NATS is its own: lose no one for it.
                 let lost = if inner.connected() {
                     inner.members.sweep()
@@ -407,7 +453,12 @@ async fn beat(
                 inner.metrics.edges.set(i64::try_from(inner.members.alive().len()).unwrap_or(i64::MAX));
             }
             Some(message) = beats.next() => match parse::<Beat>(&message.payload, inner.config.max_message) {
-                Ok(beat) if beat.edge != inner.me => inner.members.seen(&beat.edge),
+                Ok(beat) if beat.edge != inner.me => {
+                    // A newcomer learns the cluster from the beats it provokes, not a beat later.
+                    if inner.members.seen(&beat.edge) {
+                        inner.publish(subject::BEAT.to_owned(), beat_now()).await;
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => bad(&inner, &message.subject, &e),
             },
@@ -428,9 +479,19 @@ async fn beat(
 
 /// Tells the other edges this one is leaving, so their calls to it fail now.
 pub(crate) async fn leave(inner: &Inner) {
+    if !inner.connected() {
+        return;
+    }
     inner.publish(subject::GONE.to_owned(), encode(&Gone { edge: inner.me.clone() })).await;
-    if let Err(e) = inner.client.flush().await {
-        fallback!(inner.counters().publish_failures, warn, error = %e, "could not tell the cluster this edge is leaving; the others will lose it by its silence");
+    match tokio::time::timeout(inner.config.read_timeout, inner.client.flush()).await {
+        Ok(Ok(())) => {}
+        _ => {
+            fallback!(
+                inner.counters().publish_failures,
+                warn,
+                "could not tell the cluster this edge is leaving; the others will lose it by its silence"
+            );
+        }
     }
 }
 
@@ -438,8 +499,11 @@ pub(crate) async fn leave(inner: &Inner) {
 fn close_remote_sessions(inner: &Inner, hub: &Hub, edge: &str) {
     let sessions: Vec<String> = {
         let mut remote = lock(&inner.remote);
-        let theirs: Vec<String> =
-            remote.iter().filter(|(_, e)| e.as_str() == edge).map(|(s, _)| s.clone()).collect();
+        let theirs: Vec<String> = remote
+            .iter()
+            .filter(|(s, e)| e.as_str() == edge && hub.session(s).is_none())
+            .map(|(s, _)| s.clone())
+            .collect();
         for s in &theirs {
             remote.remove(s);
         }

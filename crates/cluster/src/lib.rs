@@ -163,7 +163,14 @@ impl Inner {
     }
 
     /// Publishes, counting a failure (the client queues while reconnecting).
+    /// Cut off from NATS, nothing is queued: the client's command queue would
+    /// fill and stall every task that publishes (the outage is counted once
+    /// per message, at debug level; `tether_cluster_connected` says it).
     pub(crate) async fn publish(&self, subject: String, payload: bytes::Bytes) {
+        if !self.connected() {
+            fallback!(self.counters().publish_failures, debug, %subject, "not published: NATS is unreachable");
+            return;
+        }
         if let Err(e) = self.client.publish(subject.clone(), payload).await {
             fallback!(self.counters().publish_failures, warn, %subject, error = %e, "could not publish to NATS");
         }

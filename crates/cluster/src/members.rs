@@ -32,13 +32,17 @@ impl Members {
         Members { timeout, edges: Mutex::default() }
     }
 
-    /// `edge` beat just now.
-    pub(crate) fn seen(&self, edge: &str) {
+    /// `edge` beat just now; true when it was not known (a newcomer).
+    pub(crate) fn seen(&self, edge: &str) -> bool {
         let mut edges = lock(&self.edges);
         match edges.get_mut(edge) {
-            Some(m) => m.last = Instant::now(),
+            Some(m) => {
+                m.last = Instant::now();
+                false
+            }
             None => {
                 edges.insert(edge.to_owned(), Member { last: Instant::now(), alive: watch::channel(true).0 });
+                true
             }
         }
     }

@@ -22,7 +22,7 @@ use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
 use tether_edge::router::{Local, Reader, Routed, Router};
-use tether_edge::session::ProgressRelay;
+use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
 
@@ -494,7 +494,7 @@ impl Router for ClusterRouter {
         })
     }
 
-    fn hold<'a>(&'a self, hub: &'a Arc<Hub>, session: &'a str) -> Routed<'a, ()> {
+    fn hold<'a>(&'a self, hub: &'a Arc<Hub>, session: &'a Arc<Session>) -> Routed<'a, ()> {
         Box::pin(crate::holder::hold(&self.inner, hub, session))
     }
 

@@ -215,7 +215,7 @@ where
     let (sink, stream) = ws.split();
     match route {
         Route::Client(device, _slot) => {
-            // `_slot` lives as long as the socket: the principal's count drops when it ends.
+            // `_slot` lives as long as the socket (not a detached session's grace).
             crate::session::serve_client(door.hub, sink, stream, device, door.shutdown).await
         }
         Route::Backend(principal) => {

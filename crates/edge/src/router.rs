@@ -111,7 +111,7 @@ pub trait Router: std::fmt::Debug + Send + Sync {
     /// Makes `session`, about to be listed here, reachable from wherever the
     /// router reaches: a cluster router subscribes it and waits until NATS has
     /// the interest, so a backend that hears of it anywhere can call it.
-    fn hold<'a>(&'a self, _hub: &'a Arc<Hub>, _session: &'a str) -> Routed<'a, ()> {
+    fn hold<'a>(&'a self, _hub: &'a Arc<Hub>, _session: &'a Arc<Session>) -> Routed<'a, ()> {
         Box::pin(std::future::ready(Ok(())))
     }
 

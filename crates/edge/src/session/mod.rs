@@ -141,6 +141,9 @@ pub struct Session {
     detached: OnceLock<Exit>,
     /// This session resumed one that had this seq (None: a new session).
     resumed: Option<u64>,
+    /// A device presented this session's token: a new socket is taking it
+    /// over, so it never reports itself closed (the new socket speaks for it).
+    claimed: std::sync::atomic::AtomicBool,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -196,6 +199,7 @@ impl Session {
             resume_secret: Mutex::new(secret),
             detached: OnceLock::new(),
             resumed: resumed_seq,
+            claimed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -235,6 +239,7 @@ impl Session {
                     .with("session", self.id.as_str()))
             }
         }
+        self.claimed.store(true, Ordering::Release);
         Ok(self.manifest.seq().unwrap_or(0))
     }
 
@@ -272,7 +277,13 @@ impl Session {
         tokio::spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(grace) => {
-                    if s.phase() == Phase::Detached {
+                    if s.phase() == Phase::Detached && s.claimed.load(Ordering::Acquire) {
+                        // Claimed: the new socket is still in its handshake. Give it
+                        // the handshake's budget, then step aside quietly: the new
+                        // socket reports the session (resumed, or closed if it failed).
+                        tokio::time::sleep(s.hub.config.budgets.reread).await;
+                        s.end(Exit::Resumed);
+                    } else if s.phase() == Phase::Detached {
                         fallback!(s.counters().resume_grace_expired, info, session = %s.id, grace_ms = ms(grace), "device did not resume within the grace; session closed");
                         s.end(exit);
                     }
@@ -476,7 +487,7 @@ pub async fn serve_client<S, W>(
             match Box::pin(s.initialize()).await {
                 Ok(report) => {
                     // Reachable from every edge before anyone is told it is ready.
-                    if let Err(e) = s.hub.router().hold(&s.hub, &s.id).await {
+                    if let Err(e) = s.hub.router().hold(&s.hub, &s).await {
                         warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
                     }
                     s.open(report);
@@ -495,8 +506,12 @@ pub async fn serve_client<S, W>(
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
     let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
     session.leave(exit);
-    let _ = lifecycle.await;
     let _ = writer.await;
+    // A detached session waits for its device without this connection: its
+    // principal's connection slot frees now, so the device can come back.
+    if session.phase() != Phase::Detached {
+        let _ = lifecycle.await;
+    }
 }
 
 /// Claims the session a resume token names, wherever it is held; None (a
