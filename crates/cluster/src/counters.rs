@@ -10,7 +10,7 @@ tether_counters::counters! {
     events {
         /// Calls sent to the edge holding their session.
         remote_calls,
-        /// Reads (turn, inspect, manifest, list of one) sent to the edge holding their session.
+        /// Reads (turn, inspect, manifest, list of one) and resume claims sent to the edge holding their session.
         remote_reads,
         /// `sessions/list` asked of every edge.
         lists_gathered,

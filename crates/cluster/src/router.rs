@@ -181,24 +181,37 @@ impl ClusterRouter {
         op: ReadOp,
         reader: &Reader,
     ) -> Result<T, WireError> {
+        let request = encode(&ReadRequest { op, reader: reader.clone() });
+        self.ask(hub, session, subject::session_read(session), request, &self.counters().remote_reads).await
+    }
+
+    /// One request/reply to the edge holding `session` (a read or a claim):
+    /// no responders is the session's absence, a silent holder `edge_lost`.
+    async fn ask<T: DeserializeOwned>(
+        &self,
+        hub: &Hub,
+        session: &str,
+        subject: String,
+        payload: bytes::Bytes,
+        asked: &tether_counters::Counter,
+    ) -> Result<T, WireError> {
         if !is_session_token(session) {
             return Err(Self::absent(hub, session));
         }
         if !self.inner.connected() {
             return Err(self.unreachable(session));
         }
-        ClusterCounters::bump(&self.counters().remote_reads);
-        let request = async_nats::Request::new()
-            .payload(encode(&ReadRequest { op, reader: reader.clone() }))
-            .timeout(Some(self.inner.config.read_timeout));
-        match self.inner.client.send_request(subject::session_read(session), request).await {
+        ClusterCounters::bump(asked);
+        let request =
+            async_nats::Request::new().payload(payload).timeout(Some(self.inner.config.read_timeout));
+        match self.inner.client.send_request(subject, request).await {
             Ok(message) => match parse::<Answer>(&message.payload, self.inner.config.max_message) {
                 Ok(answer) => answer.into_result(),
                 Err(e) => {
-                    fallback!(self.counters().bad_messages, warn, session, error = %e, "read answer from another edge dropped");
+                    fallback!(self.counters().bad_messages, warn, session, error = %e, "answer from another edge dropped");
                     Err(WireError::new(
                         ErrorKind::Internal,
-                        format!("the edge holding the session answered a read with a bad message: {e}"),
+                        format!("the edge holding the session answered with a bad message: {e}"),
                     ))
                 }
             },
@@ -208,7 +221,7 @@ impl ClusterRouter {
                         self.counters().no_responders,
                         debug,
                         session,
-                        "read for a session no edge holds"
+                        "request for a session no edge holds"
                     );
                     Self::absent(hub, session)
                 }
@@ -460,38 +473,14 @@ impl Router for ClusterRouter {
         if hub.session(session).is_some() {
             return Local.claim(hub, session, secret, principal);
         }
-        Box::pin(async move {
-            if !is_session_token(session) {
-                return Err(Self::absent(hub, session));
-            }
-            if !self.inner.connected() {
-                return Err(self.unreachable(session));
-            }
-            let claim = ClaimRequest { secret: secret.to_owned(), principal: principal.to_owned() };
-            let request = async_nats::Request::new()
-                .payload(encode(&claim))
-                .timeout(Some(self.inner.config.read_timeout));
-            match self.inner.client.send_request(subject::session_claim(session), request).await {
-                Ok(message) => parse::<Answer>(&message.payload, self.inner.config.max_message)
-                    .map_err(|e| {
-                        WireError::new(
-                            ErrorKind::Internal,
-                            format!("the edge holding the session answered a claim with a bad message: {e}"),
-                        )
-                    })?
-                    .into_result(),
-                Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                    fallback!(
-                        self.counters().no_responders,
-                        debug,
-                        session,
-                        "resume for a session no edge holds"
-                    );
-                    Err(Self::absent(hub, session))
-                }
-                Err(_) => Err(WireError::channel_closed("edge_lost").with("session", session)),
-            }
-        })
+        let claim = encode(&ClaimRequest { secret: secret.to_owned(), principal: principal.to_owned() });
+        Box::pin(self.ask(
+            hub,
+            session,
+            subject::session_claim(session),
+            claim,
+            &self.counters().remote_reads,
+        ))
     }
 
     fn hold<'a>(&'a self, hub: &'a Arc<Hub>, session: &'a Arc<Session>) -> Routed<'a, ()> {

@@ -9,7 +9,7 @@
 //! session is the edges' (and NATS's) resident growth from before the fleets
 //! connected to after, divided by the sessions.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::driver::DriverReport;
 use super::fleet::FleetSession;
+use super::independent::write_sessions;
 use super::{jwt, SECRET};
 use crate::error::HarnessError;
 
@@ -129,20 +130,6 @@ async fn line_with(
     Ok(found)
 }
 
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), HarnessError> {
-    let text = serde_json::to_string(list).map_err(|e| HarnessError::Peer(e.to_string()))?;
-    std::fs::write(path, text).map_err(|e| HarnessError::io(path.display().to_string(), e))
-}
-
 /// Runs the cluster bench.
 pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError> {
     let edges = cfg.edges.max(2);
@@ -190,8 +177,8 @@ pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError>
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let edges_before: u64 = servers.iter().map(|s| rss(s.pid)).sum();
-    let nats_before = rss(nats.pid);
+    let edges_before: u64 = servers.iter().map(|s| super::rss_bytes(s.pid)).sum();
+    let nats_before = super::rss_bytes(nats.pid);
 
     eprintln!("bench (cluster): {} sessions over {edges} edges", cfg.sessions);
     let edges_cpu = |servers: &[Peer]| servers.iter().map(|s| super::cpu_seconds(s.pid)).sum::<f64>();
@@ -227,8 +214,8 @@ pub async fn run(cfg: ClusterBenchConfig) -> Result<ClusterReport, HarnessError>
     ];
     // Let allocators settle and the last subscriptions land before reading memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let edges_after: u64 = servers.iter().map(|s| rss(s.pid)).sum();
-    let nats_after = rss(nats.pid);
+    let edges_after: u64 = servers.iter().map(|s| super::rss_bytes(s.pid)).sum();
+    let nats_after = super::rss_bytes(nats.pid);
 
     let local: Vec<FleetSession> = per_edge[0].clone();
     let remote: Vec<FleetSession> = per_edge[1..].iter().flatten().cloned().collect();

@@ -199,7 +199,7 @@ fn spawn(mut command: Command, what: &str) -> Result<(Child, Lines<BufReader<Chi
     Ok((child, BufReader::new(out).lines()))
 }
 
-fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), HarnessError> {
+pub(super) fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), HarnessError> {
     let text = serde_json::to_string(list).map_err(|e| HarnessError::Peer(e.to_string()))?;
     std::fs::write(path, text).map_err(|e| HarnessError::io(path.display().to_string(), e))
 }

@@ -150,12 +150,7 @@ impl Server {
     }
 
     fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        rss_bytes(self.pid)
     }
 }
 
@@ -166,6 +161,16 @@ fn tokens() -> Result<(String, String), HarnessError> {
 }
 
 /// Mints HS256 tokens with the claims tether requires, so the harness needs no edge code.
+/// Resident memory of process `pid`, in bytes; 0 when unreadable.
+pub(crate) fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// CPU time (user + system) of process `pid`, in seconds; 0 when unreadable.
 pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 Hz on Linux).
