@@ -278,6 +278,44 @@ async fn a_seq_that_moves_over_the_same_catalog_changes_nothing_a_backend_holds(
     assert!(notes.try_recv().is_err(), "no list_changed for a list that did not change");
 }
 
+/// A device that stamps a catalog digest saves the re-read: a moved seq under
+/// the applied digest is re-stamped at once, on a call result or on
+/// `list_changed`; a new digest is read as before.
+#[tokio::test(start_paused = true)]
+async fn a_seq_that_moves_under_the_applied_digest_is_restamped_without_a_read() {
+    let edge = DuplexEdge::new();
+    let same = vec![tool("look"), tool("go"), tool("open")];
+    let mut spec =
+        DeviceSpec::minimal(same.clone()).with("go", Behavior::Navigate { tools: same.clone() }).with(
+            "open",
+            Behavior::Navigate { tools: vec![tool("look"), tool("go"), tool("open"), tool("new")] },
+        );
+    spec.digest = true;
+    let (dev, session) = edge.device(spec).await;
+    let link = edge.backend().await;
+    let mut turn = Turn::begin(&link, &session, Some(&common::user("mira")), Budgets::default()).await;
+    let counters = edge.hub.counters();
+
+    turn.call("client__go", json!({})).await.unwrap();
+    assert_eq!(counters.get("rereads_after_call"), 0, "the digest vouched for the catalog");
+    assert_eq!(counters.get("rereads_skipped"), 1);
+    let applied = edge.hub.session(&session).unwrap().manifest().unwrap();
+    assert_eq!((applied.seq, applied.content_seq), (2, 1));
+    assert_eq!(dev.observed.manifest_reports().len(), 1, "no read, so nothing new to report");
+
+    // list_changed over the same catalog: re-stamped, nothing read.
+    dev.navigate(same).await;
+    wait_until(|| counters.get("rereads_skipped") == 2).await;
+    assert_eq!(edge.hub.session(&session).unwrap().manifest().unwrap().seq, 3);
+    assert_eq!(dev.observed.manifest_reports().len(), 1);
+
+    // A new digest is a new catalog: read, applied, handed to the turn.
+    turn.call("client__open", json!({})).await.unwrap();
+    assert_eq!(counters.get("rereads_after_call"), 1);
+    assert!(turn.tools().iter().any(|t| t.name == "client__new"), "the turn picked up the fresh manifest");
+    assert_eq!(dev.observed.manifest_reports().len(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_over_cap_manifest_drops_the_same_tools_every_run_each_logged() {
     let declared = fixture("declarations/over-caps.json");

@@ -56,6 +56,9 @@ pub(crate) struct FleetArgs {
     /// Move the seq on every call.
     #[arg(long)]
     move_seq: bool,
+    /// Stamp a catalog digest beside the seq.
+    #[arg(long)]
+    digest: bool,
     /// Loopback source address to dial from (e.g. 127.0.0.2).
     #[arg(long)]
     source: Option<std::net::IpAddr>,
@@ -159,6 +162,7 @@ pub(crate) async fn fleet(args: FleetArgs) -> Result<(), String> {
         secret: args.secret,
         relay: args.relay,
         move_seq: args.move_seq,
+        digest: args.digest,
         source: args.source,
     };
     fleet::run(cfg, |sessions| announce(&serde_json::to_string(&sessions).unwrap_or_default()))

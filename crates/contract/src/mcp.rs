@@ -33,6 +33,10 @@ pub mod method {
 pub mod meta {
     /// The device's catalog sequence number.
     pub const SEQ: &str = "tether.dev/seq";
+    /// An opaque string the device derives from its catalog and context (any
+    /// hash of them): a moved seq under the digest already applied tells the
+    /// edge the catalog did not change, so it re-stamps instead of re-reading.
+    pub const DIGEST: &str = "tether.dev/digest";
     /// The device's context: `{pointer, snapshot}`.
     pub const CONTEXT: &str = "tether.dev/context";
     /// The device's structured concept model.
@@ -150,10 +154,20 @@ pub fn seq_of(meta: Option<&Map<String, Value>>) -> Option<u64> {
     meta.and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64)
 }
 
+/// Reads `_meta["tether.dev/digest"]` from any payload's `_meta`.
+pub fn digest_of(meta: Option<&Map<String, Value>>) -> Option<&str> {
+    meta.and_then(|m| m.get(meta::DIGEST)).and_then(Value::as_str)
+}
+
 impl CallToolResult {
     /// The seq the device stamped on this result, if any.
     pub fn seq(&self) -> Option<u64> {
         seq_of(self.meta.as_ref())
+    }
+
+    /// The catalog digest the device stamped beside the seq, if any.
+    pub fn digest(&self) -> Option<&str> {
+        digest_of(self.meta.as_ref())
     }
 
     /// The first text block, for error messages and logs.

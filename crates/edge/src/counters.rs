@@ -34,6 +34,8 @@ tether_counters::counters! {
         swaps_accepted,
         /// Catalog re-reads triggered by a call result's newer seq.
         rereads_after_call,
+        /// Moved seqs (on a result or a `list_changed`) applied without a catalog read: the device's digest vouched the catalog unchanged.
+        rereads_skipped,
         /// Device progress notifications relayed to the backend that asked for them.
         progress_relayed,
         /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.

@@ -33,6 +33,24 @@ pub struct AppliedManifest {
     /// context), to recognise a re-read that changed nothing without keeping
     /// a second copy of the catalog per session.
     declared: Fingerprint,
+    /// The device's own digest of that catalog, when it stamps one.
+    digest: Option<Digest>,
+}
+
+/// A 64-bit hash of the digest a device stamps (`tether.dev/digest`): kept
+/// instead of the string so a session's cost does not grow with the length
+/// the device chose. A device that lies with it only stales its own catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest(u64);
+
+impl Digest {
+    /// Hashes the device's digest string.
+    pub fn of(device: &str) -> Digest {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        device.hash(&mut hasher);
+        Digest(hasher.finish())
+    }
 }
 
 /// The serialized length and a 64-bit hash of a declared catalog and context.
@@ -80,7 +98,20 @@ impl AppliedManifest {
             view: Arc::new(view),
             gate: Arc::new(intake.gate),
             declared,
+            digest: None,
         }
+    }
+
+    /// This manifest with the device's digest of the catalog it was made from.
+    pub fn with_digest(mut self, digest: Option<Digest>) -> AppliedManifest {
+        self.digest = digest;
+        self
+    }
+
+    /// Whether the device's digest says its catalog is still the one applied:
+    /// a moved seq under it needs no re-read.
+    pub fn vouched_by(&self, digest: Option<&str>) -> bool {
+        self.digest.is_some() && digest.map(Digest::of) == self.digest
     }
 
     /// Whether a catalog with this fingerprint is what this manifest was made from.
@@ -90,10 +121,10 @@ impl AppliedManifest {
 
     /// This manifest under a new seq, content untouched: no intake, no schema
     /// compile, and nothing for a backend to re-read.
-    pub fn reseq(&self, seq: u64) -> AppliedManifest {
+    pub fn reseq(&self, seq: u64, digest: Option<Digest>) -> AppliedManifest {
         let mut view = (*self.view).clone();
         view.seq = seq;
-        AppliedManifest { seq, view: Arc::new(view), ..self.clone() }
+        AppliedManifest { seq, view: Arc::new(view), digest, ..self.clone() }
     }
 
     /// Namespaced names of the tools available now, for `tool_unavailable`.

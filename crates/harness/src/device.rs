@@ -93,6 +93,9 @@ pub struct DeviceSpec {
     pub seq: Option<u64>,
     /// Its `tether.dev/context`.
     pub context: Option<Value>,
+    /// Stamp `tether.dev/digest` (a hash of the catalog and context) beside
+    /// the seq, so the edge can skip re-reading a catalog that did not change.
+    pub digest: bool,
     /// Tools per `tools/list` page; None serves one page.
     pub page_size: Option<usize>,
     /// Behaviour per device tool name.
@@ -174,6 +177,7 @@ impl DeviceSpec {
             tools,
             seq: Some(1),
             context: None,
+            digest: false,
             page_size: None,
             behaviors: HashMap::new(),
             default_behavior: Behavior::Answer { latency: Duration::ZERO },
@@ -381,8 +385,20 @@ impl State {
         let mut m = Map::new();
         if let Some(seq) = self.seq {
             m.insert(meta::SEQ.into(), Value::from(seq));
+            if self.spec.digest {
+                m.insert(meta::DIGEST.into(), Value::from(self.digest()));
+            }
         }
         m
+    }
+
+    /// Any stable hash of the catalog and context serves; the edge only compares.
+    fn digest(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        let text = serde_json::to_string(&(&self.spec.tools, &self.spec.context)).unwrap_or_default();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        format!("{:016x}", hasher.finish())
     }
 
     fn list_page(&self, cursor: Option<&str>) -> Value {

@@ -308,8 +308,8 @@ impl Session {
         debug!(session = %self.id, tool = %params.name, elapsed_ms = ms(started.elapsed()), "call answered");
 
         let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
-        let moved = response.result.seq().is_some_and(|s| s > applied.seq);
-        if moved {
+        let moved = response.result.seq().filter(|s| *s > applied.seq);
+        if moved.is_some_and(|seq| !self.restamp(seq, response.result.digest())) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             if let Err(e) = self.read_catalog(budgets.reread).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");

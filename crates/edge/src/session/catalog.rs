@@ -22,7 +22,7 @@ use super::{Handshake, Session};
 use crate::caps;
 use crate::counters::EdgeCounters;
 use crate::hub::BackendEvent;
-use crate::manifest::{AppliedManifest, Fingerprint, Identity, Swap};
+use crate::manifest::{AppliedManifest, Digest, Fingerprint, Identity, Swap};
 use crate::revision::Revision;
 
 /// Least time between two catalog re-reads triggered by `list_changed`.
@@ -178,6 +178,7 @@ impl Session {
         let mut cursor: Option<String> = None;
         let mut seq = None;
         let mut context = None;
+        let mut digest = None;
         let mut pages = 0;
         let mut paged_out = false;
         loop {
@@ -203,6 +204,7 @@ impl Session {
                 )
             })?;
             seq = seq.or(mcp::seq_of(page.meta.as_ref()));
+            digest = digest.or(mcp::digest_of(page.meta.as_ref()).map(Digest::of));
             if context.is_none() {
                 context = page.meta.as_ref().and_then(|m| m.get(meta::CONTEXT)).cloned();
             }
@@ -223,7 +225,7 @@ impl Session {
         // A seq that moved over the same catalog: the applied manifest, re-stamped.
         let declared = Fingerprint::of(&tools, context.as_ref());
         if let Some(current) = self.manifest.current().filter(|c| !paged_out && c.same_content(declared)) {
-            let swap = self.manifest.offer(current.reseq(seq));
+            let swap = self.manifest.offer(current.reseq(seq, digest));
             let report = match swap {
                 Swap::Accepted { from, to } => {
                     EdgeCounters::bump(&self.counters().swaps_accepted);
@@ -259,7 +261,8 @@ impl Session {
         let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
         let empty = Identity::default();
         let identity = self.handshake.get().map_or(&empty, |h| &h.identity);
-        let candidate = AppliedManifest::new(&self.id, seq, intake, context, identity, declared);
+        let candidate =
+            AppliedManifest::new(&self.id, seq, intake, context, identity, declared).with_digest(digest);
         let swap = self.manifest.offer(candidate);
         let mut applied = None;
         match swap {
@@ -279,6 +282,23 @@ impl Session {
             }
         }
         Ok((swap, applied))
+    }
+
+    /// Applies a moved `seq` that the device's `digest` vouches for: the
+    /// applied manifest re-stamped, no catalog read, nothing sent (the device
+    /// said nothing changed, so a `manifest_applied` would report nothing).
+    /// False when the digest is absent or not the applied one: read instead.
+    pub(super) fn restamp(&self, seq: u64, digest: Option<&str>) -> bool {
+        let Some(current) = self.manifest.current().filter(|c| c.vouched_by(digest)) else {
+            return false;
+        };
+        // Rejected means a concurrent read applied a newer seq: nothing to do either.
+        if let Swap::Accepted { from, to } = self.manifest.offer(current.reseq(seq, digest.map(Digest::of))) {
+            EdgeCounters::bump(&self.counters().swaps_accepted);
+            EdgeCounters::bump(&self.counters().rereads_skipped);
+            debug!(session = %self.id, from = ?from, to, "seq moved under the applied digest; manifest re-stamped without a read");
+        }
+        true
     }
 
     /// Re-reads the catalog whenever the device says it changed, one read at a time.

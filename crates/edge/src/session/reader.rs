@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, AnswerId, Frame};
-use tether_contract::mcp::{self, meta, method};
+use tether_contract::mcp::{self, method};
 use tether_counters::fallback;
 use tether_rpc::Completion;
 
@@ -219,10 +219,14 @@ impl Session {
             debug!(session = %self.id, method, "device notification ignored");
             return;
         }
-        let announced = params.get("_meta").and_then(|m| m.get(meta::SEQ)).and_then(Value::as_u64);
+        let meta = params.get("_meta").and_then(Value::as_object);
+        let announced = mcp::seq_of(meta);
         if let (Some(announced), Some(applied)) = (announced, self.manifest.seq()) {
             if announced <= applied {
                 fallback!(self.counters().list_changed_stale, debug, session = %self.id, announced, applied, "list_changed not newer than applied manifest");
+                return;
+            }
+            if self.restamp(announced, mcp::digest_of(meta)) {
                 return;
             }
         }

@@ -43,6 +43,9 @@ pub struct FleetConfig {
     pub relay: bool,
     /// Move the seq on every call (the edge re-reads the catalog each time).
     pub move_seq: bool,
+    /// Stamp a catalog digest beside the seq (the catalog never changes, so
+    /// the edge re-stamps a moved seq without re-reading).
+    pub digest: bool,
     /// Loopback source address to dial from (127.0.0.x): each address has
     /// its own ~28,000 ephemeral ports, so large fleets spread over several.
     pub source: Option<std::net::IpAddr>,
@@ -97,6 +100,7 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
             credential,
             relay: cfg.relay,
             move_seq: cfg.move_seq,
+            digest: cfg.digest,
             source: cfg.source,
             seq: 1,
             total: cfg.devices,
@@ -136,6 +140,7 @@ struct Device {
     credential: String,
     relay: bool,
     move_seq: bool,
+    digest: bool,
     source: Option<std::net::IpAddr>,
     seq: u64,
     total: usize,
@@ -146,6 +151,16 @@ struct Device {
 }
 
 impl Device {
+    /// The digest entry of `_meta`, when stamped: the fleet's catalog (one
+    /// tool, no context) never changes, so neither does its digest.
+    fn digest_meta(&self) -> &'static str {
+        if self.digest {
+            r#","tether.dev/digest":"bench-op-1""#
+        } else {
+            ""
+        }
+    }
+
     async fn run(mut self) -> Result<(), HarnessError> {
         let mut request = format!("{}/v1/client", self.url)
             .into_client_request()
@@ -179,15 +194,17 @@ impl Device {
                         self.seq += 1;
                     }
                     Some(format!(
-                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}],"_meta":{{"tether.dev/seq":{}}}}}}}"#,
+                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}],"_meta":{{"tether.dev/seq":{}{}}}}}}}"#,
                         id.get(),
-                        self.seq
+                        self.seq,
+                        self.digest_meta(),
                     ))
                 }
                 (method::TOOLS_LIST, Some(id)) => Some(format!(
-                    r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"op","description":"Answers at once.","inputSchema":{{"type":"object"}}}}],"_meta":{{"tether.dev/seq":{}}}}}}}"#,
+                    r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"op","description":"Answers at once.","inputSchema":{{"type":"object"}}}}],"_meta":{{"tether.dev/seq":{}{}}}}}}}"#,
                     id.get(),
-                    self.seq
+                    self.seq,
+                    self.digest_meta(),
                 )),
                 (method::INITIALIZE, Some(id)) => {
                     session = frame

@@ -34,6 +34,8 @@ pub struct IndependentRow {
     pub in_flight: usize,
     /// Whether every result moved the seq (forcing a catalog re-read).
     pub move_seq: bool,
+    /// Whether the devices stamped a catalog digest beside the seq (sparing the re-read).
+    pub digest: bool,
     /// Calls answered in the window.
     pub calls: u64,
     /// Calls that failed or went unanswered.
@@ -110,6 +112,7 @@ pub(super) async fn measure(
     sessions: usize,
     in_flight: usize,
     move_seq: bool,
+    digest: bool,
 ) -> Result<IndependentRow, HarnessError> {
     let server = Server::start(cfg.exe_for(target), target)?;
     let relay = !target.is_tether();
@@ -120,6 +123,9 @@ pub(super) async fn measure(
     }
     if move_seq {
         fleet.arg("--move-seq");
+    }
+    if digest {
+        fleet.arg("--digest");
     }
     fleet.env("TETHER_BENCH_SECRET", SECRET);
     let (fleet, mut lines) = spawn(fleet, "bench-fleet")?;
@@ -170,6 +176,7 @@ pub(super) async fn measure(
         sessions,
         in_flight,
         move_seq,
+        digest,
         calls: report.calls,
         errors: report.errors,
         calls_per_s: report.calls as f64 / cfg.seconds as f64,
@@ -205,18 +212,20 @@ pub(super) fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), H
 }
 
 /// The independent rows of one run: both loads for the relay and tether, then
-/// tether with a seq that moves on every call.
+/// tether with a seq that moves on every call, without and with a digest.
 pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, HarnessError> {
     let loads: &[(usize, usize)] = if cfg.quick { &[(100, 64)] } else { &[(100, 64), (1000, 256)] };
     let mut rows = Vec::new();
     for &(sessions, in_flight) in loads {
         for target in [Target::Bare, Target::Tether] {
             eprintln!("bench (independent): {} sessions={sessions} in_flight={in_flight}", target.name());
-            rows.push(measure(cfg, target, sessions, in_flight, false).await?);
+            rows.push(measure(cfg, target, sessions, in_flight, false, false).await?);
         }
     }
     eprintln!("bench (independent): tether, seq moves on every call");
-    rows.push(measure(cfg, Target::Tether, 100, 64, true).await?);
+    rows.push(measure(cfg, Target::Tether, 100, 64, true, false).await?);
+    eprintln!("bench (independent): tether, seq moves on every call under a fixed digest");
+    rows.push(measure(cfg, Target::Tether, 100, 64, true, true).await?);
     Ok(rows)
 }
 
@@ -237,7 +246,11 @@ pub(super) fn table(rows: &[IndependentRow]) -> String {
             r.target.name(),
             r.sessions,
             r.in_flight,
-            if r.move_seq { "every call" } else { "never" },
+            match (r.move_seq, r.digest) {
+                (false, _) => "never",
+                (true, false) => "every call",
+                (true, true) => "every call, digest",
+            },
             r.calls_per_s,
             ratio(r.calls_per_s, base.map(|b| b.calls_per_s)),
             r.p50_us,
