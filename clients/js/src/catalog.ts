@@ -8,8 +8,12 @@
  * cursor names the seq it belongs to, and a read that began on seq 4 finishes
  * on seq 4. The edge applies seq 4, then re-reads for the newer seq the
  * `list_changed` already announced.
+ *
+ * Beside each seq rides its digest (digest.ts), computed once per change: the
+ * edge told of a seq whose digest it already applied re-stamps, not re-reads.
  */
 
+import { catalogDigest } from './digest.js';
 import { TetherError, type TetherErrorCode } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { Meta } from './jsonrpc.js';
@@ -22,8 +26,19 @@ const KEPT_SNAPSHOTS = 4;
 const ID_ALLOWANCE = 40;
 const CURSOR_ALLOWANCE = 40;
 
+/** What names one catalog on the wire: its seq and, beside it, its digest. */
+export interface Stamp {
+  readonly seq: number;
+  readonly digest: string;
+}
+
+/** The `_meta` entries for `stamp`. */
+export function stampMeta(stamp: Stamp): JsonObject {
+  return { [Meta.seq]: stamp.seq, [Meta.digest]: stamp.digest };
+}
+
 interface Snapshot {
-  seq: number;
+  stamp: Stamp;
   pages: JsonObject[][];
   context: JsonObject | undefined;
 }
@@ -87,8 +102,8 @@ export function declarationOf(tool: AnyTool, limits: Limits): JsonObject {
  * and for the fields a 2026-07-28 session adds (`resultType`, `ttlMs`,
  * `cacheScope`: see revision.ts), so one set of pages serves either revision.
  */
-function envelopeBytes(seq: number, context: JsonObject | undefined): number {
-  const meta: JsonObject = { [Meta.seq]: seq };
+function envelopeBytes(stamp: Stamp, context: JsonObject | undefined): number {
+  const meta = stampMeta(stamp);
   if (context !== undefined) meta[Meta.context] = context;
   const result = complete({ tools: [], nextCursor: 'c'.repeat(CURSOR_ALLOWANCE), _meta: meta }, true);
   const frame = { jsonrpc: '2.0', id: 'i'.repeat(ID_ALLOWANCE), result };
@@ -100,9 +115,9 @@ function envelopeBytes(seq: number, context: JsonObject | undefined): number {
  * most `frameBytes`. The context rides on the first page only (the edge keeps
  * the first context it reads), so later pages have room for more tools.
  */
-function paginate(decls: JsonObject[], seq: number, context: JsonObject | undefined, frameBytes: number): JsonObject[][] {
-  const firstRoom = frameBytes - envelopeBytes(seq, context);
-  const laterRoom = frameBytes - envelopeBytes(seq, undefined);
+function paginate(decls: JsonObject[], stamp: Stamp, context: JsonObject | undefined, frameBytes: number): JsonObject[][] {
+  const firstRoom = frameBytes - envelopeBytes(stamp, context);
+  const laterRoom = frameBytes - envelopeBytes(stamp, undefined);
   if (firstRoom < 2) {
     throw new TetherError('invalid_context', `the context leaves no room for tools in a ${frameBytes}-byte frame; send a smaller snapshot`);
   }
@@ -134,20 +149,25 @@ function paginate(decls: JsonObject[], seq: number, context: JsonObject | undefi
 
 export class Catalog {
   readonly #limits: Limits;
-  #seq: number;
+  #stamp: Stamp;
   #tools = new Map<string, AnyTool>();
   #context: AppContext | undefined;
   readonly #snapshots = new Map<number, Snapshot>();
 
   constructor(tools: readonly AnyTool[], context: AppContext | undefined, limits: Limits, seq = 1) {
     this.#limits = limits;
-    this.#seq = seq - 1;
+    this.#stamp = { seq: seq - 1, digest: '' };
     this.update({ tools, context });
   }
 
   /** The current seq. */
   get seq(): number {
-    return this.#seq;
+    return this.#stamp.seq;
+  }
+
+  /** The current seq and digest, to stamp on what the client sends. */
+  get stamp(): Stamp {
+    return this.#stamp;
   }
 
   /** The current context. */
@@ -183,12 +203,13 @@ export class Catalog {
     }
     let contextJson: JsonObject | undefined;
     if (context !== undefined) contextJson = asJson(context, 'the context', 'invalid_context');
-    const seq = this.#seq + 1;
-    const pages = paginate(decls, seq, contextJson, this.#limits.frameBytes);
-    this.#seq = seq;
+    const seq = this.#stamp.seq + 1;
+    const stamp: Stamp = { seq, digest: catalogDigest(decls, contextJson) };
+    const pages = paginate(decls, stamp, contextJson, this.#limits.frameBytes);
+    this.#stamp = stamp;
     this.#tools = byName;
     this.#context = context;
-    this.#snapshots.set(seq, { seq, pages, context: contextJson });
+    this.#snapshots.set(seq, { stamp, pages, context: contextJson });
     for (const old of this.#snapshots.keys()) {
       if (old <= seq - KEPT_SNAPSHOTS) this.#snapshots.delete(old);
     }
@@ -200,7 +221,7 @@ export class Catalog {
    * current seq). Cursors are `seq:page`.
    */
   page(cursor: string | undefined): PageAnswer {
-    let seq = this.#seq;
+    let seq = this.#stamp.seq;
     let index = 0;
     if (cursor !== undefined) {
       const m = /^(\d+):(\d+)$/.exec(cursor);
@@ -213,10 +234,10 @@ export class Catalog {
     if (snap === undefined || page === undefined) {
       return { ok: false, message: `cursor ${JSON.stringify(cursor)} is no longer valid; list again from the start` };
     }
-    const meta: JsonObject = { [Meta.seq]: snap.seq };
+    const meta = stampMeta(snap.stamp);
     if (index === 0 && snap.context !== undefined) meta[Meta.context] = snap.context;
     const result: JsonObject = { tools: page };
-    if (index + 1 < snap.pages.length) result['nextCursor'] = `${snap.seq}:${index + 1}`;
+    if (index + 1 < snap.pages.length) result['nextCursor'] = `${snap.stamp.seq}:${index + 1}`;
     result['_meta'] = meta;
     return { ok: true, result };
   }

@@ -10,9 +10,9 @@
  * and the session stays about frames.
  */
 
+import { stampMeta, type Stamp } from './catalog.js';
 import type { JsonObject } from './json.js';
 import type { Id } from './jsonrpc.js';
-import { Meta } from './jsonrpc.js';
 import { listenedFor, ModernMeta } from './revision.js';
 
 export class Changes {
@@ -26,25 +26,26 @@ export class Changes {
   }
 
   /**
-   * The catalog moved to `seq`: the params to send now, or undefined when the
-   * change must wait for a listen stream (`needsStream`: a 2026-07-28 session).
+   * The catalog moved to `stamp` (its seq and digest): the params to send
+   * now, or undefined when the change must wait for a listen stream
+   * (`needsStream`: a 2026-07-28 session).
    */
-  changed(seq: number, needsStream: boolean): JsonObject | undefined {
+  changed(stamp: Stamp, needsStream: boolean): JsonObject | undefined {
     if (needsStream && this.#listenId === undefined) {
       this.#held = true;
       return undefined;
     }
-    const meta: JsonObject = { [Meta.seq]: seq };
+    const meta = stampMeta(stamp);
     if (this.#listenId !== undefined) meta[ModernMeta.subscriptionId] = this.#listenId;
     return { _meta: meta };
   }
 
   /**
    * The edge opened a listen stream (request `id`): the acknowledgement's
-   * params, and the held change to send on it now, if the catalog (at `seq`)
-   * is newer than what the edge last read.
+   * params, and the held change to send on it now, if the catalog (at
+   * `stamp`) is newer than what the edge last read.
    */
-  listen(id: Id, params: JsonObject, seq: number): { ack: JsonObject; release: JsonObject | undefined } {
+  listen(id: Id, params: JsonObject, stamp: Stamp): { ack: JsonObject; release: JsonObject | undefined } {
     const wanted = listenedFor(params);
     const ack: JsonObject = {
       _meta: { [ModernMeta.subscriptionId]: id },
@@ -54,6 +55,6 @@ export class Changes {
     this.#listenId = id;
     const held = this.#held;
     this.#held = false;
-    return { ack, release: held && seq > this.#servedSeq ? this.changed(seq, true) : undefined };
+    return { ack, release: held && stamp.seq > this.#servedSeq ? this.changed(stamp, true) : undefined };
   }
 }

@@ -77,6 +77,8 @@ export const Method = {
 
 export const Meta = {
   seq: 'tether.dev/seq',
+  /** Beside every seq: a hash of the tools and context at that seq, so the edge skips re-reading an unchanged catalog. */
+  digest: 'tether.dev/digest',
   context: 'tether.dev/context',
   concept: 'tether.dev/concept',
   session: 'tether.dev/session',

@@ -16,7 +16,7 @@
  */
 
 import { RunningCall, type CallRequest, type ProgressToken } from './call.js';
-import type { Catalog } from './catalog.js';
+import { stampMeta, type Catalog } from './catalog.js';
 import { lostTransport } from './ending.js';
 import { TetherError, type AbortWhy } from './errors.js';
 import { isJsonObject, utf8Bytes, type Json, type JsonObject } from './json.js';
@@ -228,7 +228,7 @@ export class Session {
    */
   announce(): void {
     if (!this.#initialized || this.#phase === 'ended') return;
-    const params = this.#changes.changed(this.#cfg.catalog.seq, this.#revision === MODERN);
+    const params = this.#changes.changed(this.#cfg.catalog.stamp, this.#revision === MODERN);
     if (params !== undefined) this.#send(rpc.notification(Method.listChanged, params));
   }
 
@@ -366,7 +366,7 @@ export class Session {
       }
       case ModernMethod.listen: {
         // Acknowledged and kept open for the session's life: answering it would end the stream.
-        const { ack, release } = this.#changes.listen(id, params, this.#cfg.catalog.seq);
+        const { ack, release } = this.#changes.listen(id, params, this.#cfg.catalog.stamp);
         this.#send(rpc.notification(ModernMethod.acknowledged, ack));
         if (release !== undefined) this.#send(rpc.notification(Method.listChanged, release));
         return;
@@ -559,7 +559,7 @@ export class Session {
     if (this.#retiring && this.#calls.size === 0) queueMicrotask(() => this.#end(1000, 'moved to a new session', 'retired'));
   }
 
-  /** Stamps the seq, enforces the result cap, sends, and reports the call's end. */
+  /** Stamps the seq and digest, enforces the result cap, sends, and reports the call's end. */
   #answer(start: CallStart, call: Answerable, result: CallToolResult, outcome: CallOutcome): void {
     let frame: string;
     let final = result;
@@ -568,7 +568,7 @@ export class Session {
       const out: JsonObject = { content: r.content };
       if (r.structuredContent !== undefined) out['structuredContent'] = r.structuredContent;
       if (r.isError === true) out['isError'] = true;
-      out['_meta'] = { ...(r._meta ?? {}), [Meta.seq]: this.#cfg.catalog.seq };
+      out['_meta'] = { ...(r._meta ?? {}), ...stampMeta(this.#cfg.catalog.stamp) };
       return this.#complete(out);
     };
     try {

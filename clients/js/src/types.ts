@@ -23,7 +23,7 @@ export interface CallToolResult {
 /**
  * What a handler may return:
  * - a `CallToolResult` (any object with a `content` array) is sent as it is,
- *   with the catalog seq added to its `_meta`;
+ *   with the catalog seq and digest added to its `_meta`;
  * - a string becomes one text block;
  * - a JSON object becomes `structuredContent`, plus its JSON as a text block
  *   (MCP asks for both, for clients that read only text);

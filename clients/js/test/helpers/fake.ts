@@ -4,6 +4,9 @@
  * revision) and reads exactly what the client sent.
  */
 
+import { Catalog } from '../../dist/catalog.js';
+import { DEFAULT_LIMITS } from '../../dist/options.js';
+import type { AppContext, Tool } from '../../dist/node.js';
 import type { Dial, DialRequest, SocketHandlers } from '../../dist/transport.js';
 import { until } from './wait.js';
 
@@ -19,6 +22,14 @@ export function envelope(): Frame {
     'io.modelcontextprotocol/clientInfo': { name: 'tether-edge', version: '0' },
     'io.modelcontextprotocol/clientCapabilities': {},
   };
+}
+
+/** The `_meta` key of the catalog digest. */
+export const DIGEST = 'tether.dev/digest';
+
+/** The digest a client stamps for this catalog, at whatever seq: what a fresh catalog of the same tools and context computes. */
+export function digestFor(tools: readonly Tool[], context?: AppContext): string {
+  return new Catalog(tools, context, DEFAULT_LIMITS).stamp.digest;
 }
 
 /** One socket as the fake edge sees it. */

@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { TetherError, type TetherClient, type Tool } from '../../dist/node.js';
 import { rpcError } from '../helpers/backend.js';
 import { Fixture } from '../helpers/fixture.js';
-import { nextEvent } from '../helpers/wait.js';
+import { nextEvent, until } from '../helpers/wait.js';
 
 function tool(name: string, handler: Tool['handler'] = () => `${name} done`): Tool {
   return { name, description: `The ${name} tool.`, inputSchema: { type: 'object' }, handler };
@@ -88,6 +88,24 @@ describe('manifest changes', () => {
     );
     assert.equal(client.seq, before);
     assert.deepEqual(client.toolNames, ['getCart', 'checkout']);
+  });
+
+  test('re-declaring the applied catalog moves the seq, and its digest spares the edge a re-read', async () => {
+    const screen = { pointer: { screen: 'scanner' } };
+    const device = fx.client({ tools: [tool('scan')], context: screen });
+    const sid = await fx.online(device);
+    const manifests: number[] = [];
+    device.on('manifest', (m) => manifests.push(m.seq));
+    const skipped = await fx.edge.counter('tether_rereads_skipped_total');
+    assert.equal(device.update({ tools: [tool('scan', () => 'a new handler')], context: { pointer: { screen: 'scanner' } } }), 2);
+    await until(async () => ((await fx.edge.counter('tether_rereads_skipped_total')) === skipped + 1 ? true : undefined), 5_000, 'the edge to re-stamp seq 2');
+    assert.equal((await fx.backend.tools(sid)).seq, 2);
+    const applied = nextEvent(device, 'manifest', 5_000, (m) => m.seq === 3);
+    device.setContext({ pointer: { screen: 'results' } });
+    await applied;
+    assert.deepEqual(manifests, [3], 'seq 2 was never re-read; seq 3 (a new context) was');
+    assert.equal(await fx.edge.counter('tether_rereads_skipped_total'), skipped + 1);
+    assert.deepEqual((await fx.backend.tools(sid)).context, { pointer: { screen: 'results' } });
   });
 
   test('a catalog larger than one frame is paged with nextCursor and the edge reads every page', async () => {

@@ -27,7 +27,7 @@ describe('catalog', () => {
         { name: 'a', description: 'dddddddddddddddddddd', inputSchema: { type: 'object' } },
         { name: 'b', description: 'dddddddddddddddddddd', inputSchema: { type: 'object' } },
       ],
-      _meta: { 'tether.dev/seq': 1, 'tether.dev/context': { pointer: { screen: 'home' } } },
+      _meta: { 'tether.dev/seq': 1, 'tether.dev/digest': c.stamp.digest, 'tether.dev/context': { pointer: { screen: 'home' } } },
     });
   });
 
@@ -67,6 +67,67 @@ describe('catalog', () => {
     const fresh = c.page(undefined);
     assert.ok(fresh.ok);
     assert.deepEqual((fresh.result['tools'] as { name: string }[]).map((t) => t.name), ['new']);
+  });
+
+  test('every page carries the digest beside the seq; the same tools and context at another seq keep it', () => {
+    const tools = Array.from({ length: 32 }, (_, i) => tool(`tool${i}`, 1_800));
+    const context = { pointer: 'p', snapshot: 's'.repeat(3_000) };
+    const c = new Catalog(tools, context, DEFAULT_LIMITS);
+    const digest = c.stamp.digest;
+    assert.match(digest, /^[0-9a-f]{16}$/);
+    const digests = (cursor: string | undefined, seq: number): string[] => {
+      const seen: string[] = [];
+      do {
+        const p = c.page(cursor);
+        assert.ok(p.ok, p.ok ? '' : p.message);
+        const meta = p.result['_meta'] as Record<string, unknown>;
+        assert.equal(meta['tether.dev/seq'], seq);
+        seen.push(meta['tether.dev/digest'] as string);
+        cursor = p.result['nextCursor'] as string | undefined;
+      } while (cursor !== undefined);
+      return seen;
+    };
+    const first = digests(undefined, 1);
+    assert.ok(first.length >= 4);
+    assert.deepEqual(first, first.map(() => digest), 'every page of seq 1');
+    // The app re-declares the same catalog (fresh objects, keys in another order): the seq moves, the digest stays.
+    const again = tools.map((t) => ({ handler: () => 'other', inputSchema: { type: 'object' }, description: t.description, name: t.name }) as Tool);
+    assert.equal(c.update({ tools: again, context: { snapshot: context.snapshot, pointer: 'p' } }), 2);
+    assert.deepEqual(c.stamp, { seq: 2, digest });
+    assert.deepEqual(digests(undefined, 2), first);
+    assert.equal(new Catalog(tools, context, DEFAULT_LIMITS, 40).stamp.digest, digest, 'a fresh catalog at another seq');
+  });
+
+  test('the digest changes whenever a tool or the context changes, and comes back with the catalog', () => {
+    const base = [tool('a'), tool('b')];
+    const c = new Catalog(base, { pointer: { screen: 'home' } }, DEFAULT_LIMITS);
+    const start = c.stamp.digest;
+    const seen = new Map<string, string>([[start, 'start']]);
+    const changes: [string, Parameters<Catalog['update']>[0]][] = [
+      ['a tool added', { tools: [...base, tool('c')] }],
+      ['a tool removed', { tools: [tool('a')] }],
+      ['tools reordered', { tools: [tool('b'), tool('a')] }],
+      ['a tool renamed', { tools: [tool('a'), tool('B')] }],
+      ['a description', { tools: [tool('a'), tool('b', 21)] }],
+      ['a schema', { tools: [tool('a'), { ...tool('b'), inputSchema: { type: 'object', properties: { x: { type: 'string' } } } }] }],
+      ['a title', { tools: [tool('a'), { ...tool('b'), title: 'B' }] }],
+      ['annotations', { tools: [tool('a'), { ...tool('b'), annotations: { readOnlyHint: true } }] }],
+      ['the context', { tools: base, context: { pointer: { screen: 'cart' } } }],
+      ['a context holding the same value as a string', { tools: base, context: { pointer: '{"screen":"home"}' } }],
+      ['an empty context', { tools: base, context: {} }],
+      ['no context', { tools: base, context: undefined }],
+    ];
+    for (const [what, change] of changes) {
+      c.update(change);
+      const d = c.stamp.digest;
+      assert.ok(!seen.has(d), `${what}: digest ${d} already seen for ${seen.get(d)}`);
+      seen.set(d, what);
+      const p = c.page(undefined);
+      assert.ok(p.ok);
+      assert.equal((p.result['_meta'] as Record<string, unknown>)['tether.dev/digest'], d, `${what}: the page carries it`);
+    }
+    c.update({ tools: base, context: { pointer: { screen: 'home' } } });
+    assert.equal(c.stamp.digest, start, 'back to the first catalog, back to its digest');
   });
 
   test('unknown and expired cursors are refused', () => {

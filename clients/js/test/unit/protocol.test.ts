@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { afterEach, describe, test } from 'node:test';
 
 import { CallAbortedError, TetherClient, type ConnectOptions, type Tool } from '../../dist/node.js';
-import { FakeEdge, type Frame } from '../helpers/fake.js';
+import { DIGEST, digestFor, FakeEdge, type Frame } from '../helpers/fake.js';
 import { deferred, nextEvent, withTimeout } from '../helpers/wait.js';
 
 const made: TetherClient[] = [];
@@ -94,14 +94,52 @@ describe('client link protocol', () => {
     c.setTools([tool('scanBarcode')]);
     c.setContext({ pointer: { screen: 'scanner' } });
     const changed = await peer.waitSent((f) => f['method'] === 'notifications/tools/list_changed');
-    assert.deepEqual(changed, { jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: { 'tether.dev/seq': 3 } } });
+    const digest = digestFor([tool('scanBarcode')], { pointer: { screen: 'scanner' } });
+    assert.deepEqual(changed, { jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: { 'tether.dev/seq': 3, [DIGEST]: digest } } });
     await withTimeout(Promise.resolve(), 50, 'a tick');
     assert.equal(peer.sent.filter((f) => f['method'] === 'notifications/tools/list_changed').length, 1);
     const page = await peer.ask('tools/list');
     assert.deepEqual(page['result'], {
       tools: [{ name: 'scanBarcode', description: 'The scanBarcode tool.', inputSchema: { type: 'object' } }],
-      _meta: { 'tether.dev/seq': 3, 'tether.dev/context': { pointer: { screen: 'scanner' } } },
+      _meta: { 'tether.dev/seq': 3, [DIGEST]: digest, 'tether.dev/context': { pointer: { screen: 'scanner' } } },
     });
+  });
+
+  test('the digest rides beside the seq on tools/list, call results and list_changed; a re-declared catalog keeps it', async () => {
+    const edge = new FakeEdge();
+    const home = [tool('getVisibleScreen')];
+    const c = client(edge, { tools: home, context: { pointer: { screen: 'home' } } });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const meta = (f: Frame): Frame => ((f['result'] ?? f['params']) as Frame)['_meta'] as Frame;
+    const homeDigest = digestFor(home, { pointer: { screen: 'home' } });
+    const page = await peer.ask('tools/list');
+    assert.deepEqual(meta(page), { 'tether.dev/seq': 1, [DIGEST]: homeDigest, 'tether.dev/context': { pointer: { screen: 'home' } } });
+    const call = await peer.ask('tools/call', { name: 'getVisibleScreen', arguments: {} });
+    assert.deepEqual(meta(call), { 'tether.dev/seq': 1, [DIGEST]: homeDigest });
+
+    c.setContext({ pointer: { screen: 'cart' } });
+    const moved = await peer.waitSent((f) => f['method'] === 'notifications/tools/list_changed');
+    const cartDigest = digestFor(home, { pointer: { screen: 'cart' } });
+    assert.notEqual(cartDigest, homeDigest);
+    assert.deepEqual(meta(moved), { 'tether.dev/seq': 2, [DIGEST]: cartDigest });
+    assert.deepEqual(meta(await peer.ask('tools/call', { name: 'getVisibleScreen', arguments: {} })), { 'tether.dev/seq': 2, [DIGEST]: cartDigest });
+
+    // Back home: the seq moves on, the digest is the one the edge applied first, so it can re-stamp without a read.
+    c.update({ tools: [tool('getVisibleScreen', () => 'a new handler')], context: { pointer: { screen: 'home' } } });
+    const back = await peer.waitSent((f) => f['method'] === 'notifications/tools/list_changed' && meta(f)['tether.dev/seq'] === 3);
+    assert.deepEqual(meta(back), { 'tether.dev/seq': 3, [DIGEST]: homeDigest });
+    assert.deepEqual(meta(await peer.ask('tools/list')), { 'tether.dev/seq': 3, [DIGEST]: homeDigest, 'tether.dev/context': { pointer: { screen: 'home' } } });
+  });
+
+  test('a handler cannot stamp its own seq or digest over the catalog\'s', async () => {
+    const edge = new FakeEdge();
+    const forged = tool('forge', () => ({ content: [], _meta: { 'tether.dev/seq': 99, [DIGEST]: 'forged', mine: 1 } }));
+    client(edge, { tools: [forged] });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const res = await peer.ask('tools/call', { name: 'forge', arguments: {} });
+    assert.deepEqual((res['result'] as Frame)['_meta'], { mine: 1, 'tether.dev/seq': 1, [DIGEST]: digestFor([forged]) });
   });
 
   test('a call that races a navigation gets tool_unavailable listing the namespaced names available now, stamped with the new seq', async () => {
@@ -115,7 +153,7 @@ describe('client link protocol', () => {
     const result = res['result'] as Frame;
     assert.equal(result['isError'], true);
     assert.deepEqual(result['structuredContent'], { code: 'tool_unavailable', retryable: false, available: ['client__get_cart', 'client__checkout_now'] });
-    assert.deepEqual(result['_meta'], { 'tether.dev/seq': 2 });
+    assert.deepEqual(result['_meta'], { 'tether.dev/seq': 2, [DIGEST]: digestFor([tool('getCart'), tool('checkoutNow')]) });
     assert.equal((await ended).outcome, 'unavailable');
   });
 

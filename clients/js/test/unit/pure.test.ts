@@ -1,6 +1,6 @@
 /**
  * The pure pieces: backoff, token expiry, names, failures and results,
- * option checks.
+ * option checks, the catalog digest.
  */
 
 import assert from 'node:assert/strict';
@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 
 import { backoffDelay, DEFAULT_BACKOFF, resolveBackoff } from '../../dist/backoff.js';
+import { canonicalJson, hash64 } from '../../dist/digest.js';
 import { classifyEnd } from '../../dist/ending.js';
 import { failureOf, ToolError } from '../../dist/errors.js';
 import { namespacedNames, slug } from '../../dist/names.js';
@@ -156,5 +157,25 @@ describe('why a session ended', () => {
     assert.equal(verdict(end({ code: 1006 }), fresh), 'disconnected');
     assert.equal(verdict(end({ why: 'heartbeat_timeout', code: 4000 }), fresh), 'heartbeat_timeout');
     assert.equal(verdict(end({ why: 'transport_unavailable', reason: 'no ws' }), fresh), 'transport_unavailable!transport_unavailable');
+  });
+});
+
+describe('catalog digest', () => {
+  test('canonical JSON sorts keys at every depth and keeps array order', () => {
+    assert.equal(canonicalJson({ b: 1, a: { d: [3, { z: null, y: 'é' }], c: true } }), '{"a":{"c":true,"d":[3,{"y":"é","z":null}]},"b":1}');
+    assert.equal(canonicalJson({ b: 1, a: 2 }), canonicalJson({ a: 2, b: 1 }));
+    assert.notEqual(canonicalJson([1, 2]), canonicalJson([2, 1]));
+  });
+
+  test('hash64 is 16 hex digits, the same for the same text, different for a one-character change', () => {
+    const text = JSON.stringify({ tools: [{ name: 'a' }], context: null });
+    assert.match(hash64(text), /^[0-9a-f]{16}$/);
+    assert.equal(hash64(text), hash64(`${text}`));
+    assert.match(hash64(''), /^[0-9a-f]{16}$/);
+    const edits = new Set<string>([text]);
+    for (let i = 0; i < text.length; i++) {
+      for (const ch of ['x', 'é', '\u{1F600}']) edits.add(text.slice(0, i) + ch + text.slice(i + 1));
+    }
+    assert.equal(new Set([...edits].map(hash64)).size, edits.size, 'every edit gives its own digest');
   });
 });

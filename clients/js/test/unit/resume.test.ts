@@ -16,7 +16,7 @@ import { KeyedCalls, KEYED_MAX_KEYS } from '../../dist/keyed.js';
 import { clientUrl } from '../../dist/options.js';
 import { upgradeUrl } from '../../dist/transport-browser.js';
 import { CallAbortedError, connect, TetherClient, ToolError, type CallStart, type ConnectOptions, type Tool } from '../../dist/node.js';
-import { FakeEdge, type FakePeer, type Frame } from '../helpers/fake.js';
+import { DIGEST, digestFor, FakeEdge, type FakePeer, type Frame } from '../helpers/fake.js';
 import { deferred, nextEvent, until, withTimeout } from '../helpers/wait.js';
 
 const RESUME = 'tether.dev/resume';
@@ -211,7 +211,7 @@ describe('resume: keyed calls delivered again', () => {
     work.release('shipped');
 
     const answer = await second.response('new-9');
-    assert.deepEqual(answer['result'], { content: [{ type: 'text', text: 'shipped for 42' }], _meta: { 'tether.dev/seq': 1 } });
+    assert.deepEqual(answer['result'], { content: [{ type: 'text', text: 'shipped for 42' }], _meta: { 'tether.dev/seq': 1, [DIGEST]: digestFor([work.tool]) } });
     assert.equal(work.runs(), 1, 'the handler ran once');
     assert.deepEqual(responsesTo(second, 'old-7'), [], 'nothing under the old id on the new socket');
     assert.deepEqual(responsesTo(first, 'old-7'), [], 'the old socket was gone');
@@ -226,16 +226,13 @@ describe('resume: keyed calls delivered again', () => {
     const edge = new FakeEdge();
     let runs = 0;
     const gate = deferred();
-    const c = client(edge, {
-      tools: [
-        tool('reserve', async (args) => {
-          runs += 1;
-          await gate.promise;
-          if (args['sku'] === 'gone') throw new ToolError('out_of_stock', 'No more of those.', { retryable: false });
-          return { reserved: String(args['sku']) };
-        }),
-      ],
+    const reserve = tool('reserve', async (args) => {
+      runs += 1;
+      await gate.promise;
+      if (args['sku'] === 'gone') throw new ToolError('out_of_stock', 'No more of those.', { retryable: false });
+      return { reserved: String(args['sku']) };
     });
+    const c = client(edge, { tools: [reserve] });
     const first = await edge.peer(0);
     await first.handshake('sess-1', { [RESUME]: 'sess-1.aa11' });
     first.deliver(call('a', 'reserve', { sku: 'tent' }, 'k-ok'));
@@ -255,7 +252,7 @@ describe('resume: keyed calls delivered again', () => {
     second.deliver(call('b2', 'reserve', { sku: 'gone' }, 'k-err'));
     const ok = (await second.response('a2'))['result'] as Frame;
     assert.deepEqual(ok['structuredContent'], { reserved: 'tent' });
-    assert.deepEqual(ok['_meta'], { 'tether.dev/seq': 2 });
+    assert.deepEqual(ok['_meta'], { 'tether.dev/seq': 2, [DIGEST]: digestFor([reserve], { pointer: { screen: 'cart' } }) });
     const err = (await second.response('b2'))['result'] as Frame;
     assert.equal(err['isError'], true);
     assert.deepEqual(err['structuredContent'], { code: 'out_of_stock', retryable: false });

@@ -14,7 +14,7 @@ import { afterEach, describe, test } from 'node:test';
 import { resolveOptions } from '../../dist/options.js';
 import { upgradeUrl } from '../../dist/transport-browser.js';
 import { TetherClient, TetherError, type ConnectOptions, type Tool } from '../../dist/node.js';
-import { envelope as envelopeMeta, FakeEdge, type Frame } from '../helpers/fake.js';
+import { DIGEST, digestFor, envelope as envelopeMeta, FakeEdge, type Frame } from '../helpers/fake.js';
 import { nextEvent } from '../helpers/wait.js';
 
 const MODERN = '2026-07-28';
@@ -96,7 +96,7 @@ describe('MCP 2026-07-28', () => {
     assert.deepEqual(pages[0]?.['result'], {
       resultType: 'complete',
       tools: [{ name: 'scanShelf', description: 'The scanShelf tool.', inputSchema: { type: 'object' } }],
-      _meta: { 'tether.dev/seq': 1 },
+      _meta: { 'tether.dev/seq': 1, [DIGEST]: digestFor([tool('scanShelf')]) },
       ttlMs: 0,
       cacheScope: 'private',
     });
@@ -114,13 +114,13 @@ describe('MCP 2026-07-28', () => {
 
     c.setTools([tool('countItems')]);
     const changed = await peer.waitSent(listChanged);
-    assert.deepEqual(changed, { jsonrpc: '2.0', method: LIST_CHANGED, params: { _meta: { [SUB]: 41, 'tether.dev/seq': 2 } } });
+    assert.deepEqual(changed, { jsonrpc: '2.0', method: LIST_CHANGED, params: { _meta: { [SUB]: 41, 'tether.dev/seq': 2, [DIGEST]: digestFor([tool('countItems')]) } } });
 
     const call = await peer.ask('tools/call', { name: 'countItems', arguments: {}, _meta: { ...envelopeMeta(), 'tether.dev/deadline_ms': 7000 } });
     assert.deepEqual(call['result'], {
       resultType: 'complete',
       content: [{ type: 'text', text: 'countItems done' }],
-      _meta: { 'tether.dev/seq': 2 },
+      _meta: { 'tether.dev/seq': 2, [DIGEST]: digestFor([tool('countItems')]) },
     });
     const gone = await peer.ask('tools/call', { name: 'scanShelf', arguments: {}, _meta: envelopeMeta() });
     const goneResult = gone['result'] as Frame;
@@ -145,7 +145,7 @@ describe('MCP 2026-07-28', () => {
     assert.equal(peer.sent.filter(listChanged).length, 0, 'no list_changed outside a listen stream');
     peer.listen(9);
     const changed = await peer.waitSent(listChanged);
-    assert.deepEqual(changed['params'], { _meta: { [SUB]: 9, 'tether.dev/seq': 3 } });
+    assert.deepEqual(changed['params'], { _meta: { [SUB]: 9, 'tether.dev/seq': 3, [DIGEST]: digestFor([tool('a')], { pointer: { screen: 'b' } }) } });
     await tick();
     assert.equal(peer.sent.filter(listChanged).length, 1);
   });
@@ -178,7 +178,7 @@ describe('MCP 2026-07-28', () => {
     await tick();
     assert.equal(peer.sent.filter(listChanged).length, 0, 'held for a stream that asks for tool changes');
     peer.listen(13);
-    assert.deepEqual((await peer.waitSent(listChanged))['params'], { _meta: { [SUB]: 13, 'tether.dev/seq': 2 } });
+    assert.deepEqual((await peer.waitSent(listChanged))['params'], { _meta: { [SUB]: 13, 'tether.dev/seq': 2, [DIGEST]: digestFor([tool('a')]) } });
   });
 
   test('announcing 2026-07-28 to an edge that greets with initialize: answered as 2025-11-25, as before', async () => {
@@ -193,7 +193,7 @@ describe('MCP 2026-07-28', () => {
     const page = await peer.ask('tools/list');
     assert.equal((page['result'] as Frame)['resultType'], undefined);
     c.setTools([tool('b')]);
-    assert.deepEqual((await peer.waitSent(listChanged))['params'], { _meta: { 'tether.dev/seq': 2 } });
+    assert.deepEqual((await peer.waitSent(listChanged))['params'], { _meta: { 'tether.dev/seq': 2, [DIGEST]: digestFor([tool('b')]) } });
   });
 
   test('a client that announced nothing still answers an edge that discovers it', async () => {
