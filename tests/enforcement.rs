@@ -70,6 +70,35 @@ async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
     assert_eq!(dev.observed.calls().len(), 1);
 }
 
+/// Devices of one app declare the same schemas: the edge compiles each once
+/// and every session's gate holds that one copy (a compiled schema is a few
+/// KiB, so this is most of an idle session's cost). Each gate still refuses.
+#[tokio::test]
+async fn sessions_that_declare_the_same_schemas_share_one_compiled_copy() {
+    let edge = LiveEdge::start().await;
+    let (_first, _) = edge.device(DeviceSpec::fieldkit()).await;
+    let distinct = edge.hub.schemas.len();
+    assert_eq!(edge.hub.counters().get("schemas_shared"), 0);
+    let (second, session) = edge.device(DeviceSpec::fieldkit()).await;
+    assert_eq!(DeviceSpec::fieldkit().tools.len(), 10);
+    assert_eq!(edge.hub.counters().get("schemas_shared"), 10, "every schema came from the first session");
+    assert_eq!(edge.hub.schemas.len(), distinct, "no second copy");
+    let link = edge.backend().await;
+    let call = |arguments: Value| tether_contract::backend::CallParams {
+        session: session.clone(),
+        name: "client__open_work_order".into(),
+        arguments,
+        meta: tether_contract::backend::CallMeta {
+            credential: Some(common::user("mira")),
+            ..Default::default()
+        },
+    };
+    let budget = std::time::Duration::from_secs(12);
+    let err = link.call(call(json!({"workOrderId": "1182"})), budget).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments, "the shared copy gates the second session too");
+    assert!(second.observed.calls().is_empty());
+}
+
 /// A backend that does not link tether-core sends its `tools/call` straight
 /// to the edge: the edge's own gate refuses arguments that miss the schema.
 #[tokio::test]

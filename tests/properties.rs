@@ -14,6 +14,7 @@ use tether_contract::mcp::ToolDeclaration;
 use tether_contract::names::RESERVED;
 use tether_contract::Caps;
 use tether_edge::caps::intake;
+use tether_edge::gate::SchemaCache;
 use tether_edge::manifest::{AppliedManifest, Identity, ManifestState, Swap};
 use tether_edge::names::{slug, NameTable};
 use unicode_normalization::UnicodeNormalization;
@@ -88,7 +89,7 @@ proptest! {
         let mut newest: Option<u64> = None;
         for seq in seqs {
             let candidate = AppliedManifest::new(
-                "s", seq, intake(vec![decl("t", 1)], &Caps::default()), None, &Identity::default(),
+                "s", seq, intake(vec![decl("t", 1)], &Caps::default(), &SchemaCache::default()), None, &Identity::default(),
                 tether_edge::manifest::Fingerprint::of(&[decl("t", 1)], None),
             );
             let swap = state.offer(candidate);
@@ -111,7 +112,7 @@ proptest! {
         let mut shuffled = tools.clone();
         shuffled.rotate_left(rotation % tools.len());
         shuffled.reverse();
-        let (a, b) = (intake(tools, &caps), intake(shuffled, &caps));
+        let (a, b) = (intake(tools, &caps, &SchemaCache::default()), intake(shuffled, &caps, &SchemaCache::default()));
         let dropped = |i: &tether_edge::caps::Intake| {
             let mut d: Vec<_> = i.dropped.iter().map(|d| (d.name.clone(), d.reason)).collect();
             d.sort_by(|x, y| x.0.cmp(&y.0));

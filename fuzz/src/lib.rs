@@ -55,7 +55,7 @@ pub fn manifest_intake(data: &[u8]) {
     let Ok(page) = serde_json::from_slice::<ListToolsResult>(data) else { return };
     let caps = Caps { manifest_bytes: 4_096, max_tools: 8, declaration_bytes: 1_024, ..Caps::default() };
     let declared = page.tools.len();
-    let out = tether_edge::caps::intake(page.tools, &caps);
+    let out = tether_edge::caps::intake(page.tools, &caps, &tether_edge::gate::SchemaCache::default());
     assert!(out.tools.len() <= caps.max_tools, "count cap");
     assert!(out.bytes <= caps.manifest_bytes, "byte cap");
     assert!(out.tools.len() + out.dropped.len() <= declared, "nothing invented");

@@ -26,6 +26,9 @@ pub(crate) struct Args {
     /// Only the independent driver's rows (devices, driver and server in three processes).
     #[arg(long)]
     independent: bool,
+    /// Only idle memory per session and fail-fast latency.
+    #[arg(long, conflicts_with = "independent")]
+    idle: bool,
     /// The cluster bench instead: idle sessions over edges joined by one NATS
     /// server (needs nats-server), then calls local and across edges.
     #[arg(long)]
@@ -129,6 +132,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         idle_sessions: if args.quick { 2_000 } else { args.idle_sessions },
         quick: args.quick,
         independent_only: args.independent,
+        idle_only: args.idle,
         server: args.server_exe,
     };
     let report = tether_harness::bench::run(cfg).await.map_err(|e| e.to_string())?;

@@ -125,7 +125,7 @@ pub(crate) fn run(args: &EvalArgs) -> Result<(), EvalError> {
 
     // Declared as a device would be: the edge's intake, without the per-device count and byte caps.
     let caps = Caps { max_tools: usize::MAX, manifest_bytes: usize::MAX, ..Caps::default() };
-    let manifest = intake(declared, &caps);
+    let manifest = intake(declared, &caps, &tether_edge::gate::SchemaCache::default());
     let tools = manifest.tools;
     let table = manifest.table;
     let original = |i: usize| table.original(&tools[i].name).unwrap_or(&tools[i].name).to_owned();

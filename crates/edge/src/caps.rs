@@ -12,13 +12,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jsonschema::Validator;
-use serde_json::Value;
 
 use tether_contract::backend::{DropReason, DroppedTool};
 use tether_contract::mcp::ToolDeclaration;
 use tether_contract::{schema, Caps, SchemaLimits};
 
-use crate::gate::ArgumentGate;
+use crate::gate::{ArgumentGate, Compiled, SchemaCache};
 use crate::names::NameTable;
 
 /// What the caps made of one declared catalog.
@@ -36,6 +35,8 @@ pub struct Intake {
     pub bytes: usize,
     /// The kept tools' compiled input schemas.
     pub gate: ArgumentGate,
+    /// Input schemas another manifest had already compiled (shared, not compiled again).
+    pub schemas_shared: usize,
 }
 
 /// Serialized size of a declaration as the backend will receive it.
@@ -48,13 +49,15 @@ fn array_bytes(count: usize, sum: usize) -> usize {
     sum + count.saturating_sub(1) + 2
 }
 
-/// Applies names and caps to a declared catalog.
-pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
+/// Applies names and caps to a declared catalog; input schemas are compiled
+/// through `schemas`, so sessions declaring the same one share it.
+pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps, schemas: &SchemaCache) -> Intake {
     let mut dropped = Vec::new();
     let mut inputs: HashMap<String, Arc<Validator>> = HashMap::new();
     let mut seen = std::collections::HashSet::new();
     let mut decls = Vec::with_capacity(declared.len());
     let mut descriptions_truncated = 0;
+    let mut schemas_shared = 0;
     for mut decl in declared {
         if !seen.insert(decl.name.clone()) {
             dropped.push(DroppedTool {
@@ -65,9 +68,10 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
             });
             continue;
         }
-        match compiled_input(&decl, &caps.schema_limits()) {
+        match compiled_input(&decl, &caps.schema_limits(), schemas) {
             Ok(input) => {
-                inputs.insert(decl.name.clone(), Arc::new(input));
+                schemas_shared += usize::from(input.shared);
+                inputs.insert(decl.name.clone(), input.validator);
             }
             Err(refused) => {
                 dropped.push(DroppedTool {
@@ -140,6 +144,7 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
         descriptions_truncated,
         bytes,
         gate,
+        schemas_shared,
     }
 }
 
@@ -149,14 +154,13 @@ pub fn intake(declared: Vec<ToolDeclaration>, caps: &Caps) -> Intake {
 fn compiled_input(
     decl: &ToolDeclaration,
     limits: &SchemaLimits,
-) -> Result<Validator, crate::gate::SchemaError> {
-    let compile = |s: &Value| {
-        schema::check(s, limits)?;
-        crate::gate::compile(s)
-    };
-    let input = compile(&decl.input_schema)?;
+    schemas: &SchemaCache,
+) -> Result<Compiled, crate::gate::SchemaError> {
+    schema::check(&decl.input_schema, limits)?;
+    let input = schemas.compile(&decl.input_schema)?;
     if let Some(output) = &decl.output_schema {
-        compile(output)?;
+        schema::check(output, limits)?;
+        crate::gate::compile(output)?;
     }
     Ok(input)
 }
@@ -179,7 +183,7 @@ mod tests {
 
     #[test]
     fn under_the_caps_nothing_is_dropped() {
-        let out = intake(vec![decl("a", 10), decl("b", 10)], &Caps::default());
+        let out = intake(vec![decl("a", 10), decl("b", 10)], &Caps::default(), &SchemaCache::default());
         assert!(out.dropped.is_empty());
         assert_eq!(out.tools.len(), 2);
         assert_eq!(out.table.original("client__a"), Some("a"));
@@ -189,7 +193,7 @@ mod tests {
     fn largest_goes_first_and_ties_break_by_name() {
         let caps = Caps { manifest_bytes: 700, ..Caps::default() };
         let tools = vec![decl("small", 10), decl("big_b", 300), decl("big_a", 300), decl("mid", 100)];
-        let out = intake(tools, &caps);
+        let out = intake(tools, &caps, &SchemaCache::default());
         let names: Vec<_> = out.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
         assert_eq!(names, [("big_a", DropReason::ManifestTooLarge)]);
         assert!(out.bytes <= 700);
@@ -201,7 +205,11 @@ mod tests {
     #[test]
     fn count_cap_and_declaration_cap() {
         let caps = Caps { max_tools: 2, declaration_bytes: 500, ..Caps::default() };
-        let out = intake(vec![decl("huge", 600), decl("a", 1), decl("b", 2), decl("c", 3)], &caps);
+        let out = intake(
+            vec![decl("huge", 600), decl("a", 1), decl("b", 2), decl("c", 3)],
+            &caps,
+            &SchemaCache::default(),
+        );
         let got: Vec<_> = out.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
         assert_eq!(got, [("huge", DropReason::DeclarationTooLarge), ("c", DropReason::TooManyTools)]);
         assert_eq!(out.tools.len(), 2);
@@ -210,7 +218,7 @@ mod tests {
     #[test]
     fn duplicates_and_long_descriptions() {
         let caps = Caps { description_chars: 5, ..Caps::default() };
-        let out = intake(vec![decl("a", 10), decl("a", 1)], &caps);
+        let out = intake(vec![decl("a", 10), decl("a", 1)], &caps, &SchemaCache::default());
         assert_eq!(out.dropped.len(), 1);
         assert_eq!(out.dropped[0].reason, DropReason::InvalidDeclaration);
         assert_eq!(out.descriptions_truncated, 1);
@@ -230,7 +238,11 @@ mod tests {
         deep.output_schema = Some(schema);
         let mut not_object = decl("not_object", 1);
         not_object.input_schema = json!("anything");
-        let out = intake(vec![remote, decl("fine", 1), deep, not_object], &Caps::default());
+        let out = intake(
+            vec![remote, decl("fine", 1), deep, not_object],
+            &Caps::default(),
+            &SchemaCache::default(),
+        );
         let got: Vec<_> = out.dropped.iter().map(|d| (d.name.as_str(), d.reason)).collect();
         assert_eq!(
             got,
@@ -252,7 +264,7 @@ mod tests {
         let a = vec![decl("p", 200), decl("q", 200), decl("r", 200), decl("s", 50)];
         let mut b = a.clone();
         b.reverse();
-        let (x, y) = (intake(a, &caps), intake(b, &caps));
+        let (x, y) = (intake(a, &caps, &SchemaCache::default()), intake(b, &caps, &SchemaCache::default()));
         assert_eq!(x.dropped, y.dropped);
         assert_eq!(x.table, y.table);
     }

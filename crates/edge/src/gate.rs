@@ -10,7 +10,7 @@
 //! cannot gate (`tests/contract.rs` pins that edge and core agree).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use jsonschema::{PatternOptions, Validator};
 use serde_json::Value;
@@ -39,6 +39,71 @@ pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
         .build(schema)
         .map_err(|e| SchemaError::Compile(e.masked().to_string()))
 }
+
+/// Compiled input schemas shared by every session of one edge, by schema text.
+///
+/// A compiled validator is a few KiB even for `{"type": "object"}`, and the
+/// devices of one app declare the same schemas: 10,000 sessions compile each
+/// schema once and hold one copy. Entries are weak, so a schema no manifest
+/// uses any more is freed with its last manifest (dead entries are swept when
+/// the table has doubled since the last sweep).
+#[derive(Debug, Default)]
+pub struct SchemaCache {
+    table: Mutex<SchemaTable>,
+}
+
+#[derive(Debug, Default)]
+struct SchemaTable {
+    by_text: HashMap<String, Weak<Validator>>,
+    /// Entries after the last sweep: the next sweep runs at twice as many.
+    swept_at: usize,
+}
+
+/// A compiled schema and whether it was shared rather than compiled.
+pub struct Compiled {
+    /// The validator, shared with every manifest that declares the same schema.
+    pub validator: Arc<Validator>,
+    /// True when another manifest had already compiled it.
+    pub shared: bool,
+}
+
+impl SchemaCache {
+    /// The compiled form of `schema`: the one already in use, or compiled now.
+    /// Limits are the caller's to check first (they differ by client profile).
+    pub fn compile(&self, schema: &Value) -> Result<Compiled, SchemaError> {
+        let text = serde_json::to_string(schema).map_err(|e| SchemaError::Compile(e.to_string()))?;
+        if let Some(validator) = self.lock().by_text.get(&text).and_then(Weak::upgrade) {
+            return Ok(Compiled { validator, shared: true });
+        }
+        // Compiled outside the lock: two sessions racing compile twice, harmlessly.
+        let validator = Arc::new(compile(schema)?);
+        let mut table = self.lock();
+        table.by_text.insert(text, Arc::downgrade(&validator));
+        if table.by_text.len() >= (table.swept_at * 2).max(SWEEP_FLOOR) {
+            table.by_text.retain(|_, weak| weak.strong_count() > 0);
+            table.swept_at = table.by_text.len();
+        }
+        Ok(Compiled { validator, shared: false })
+    }
+
+    /// Distinct schemas alive in some manifest (after the last sweep, at most twice that).
+    pub fn len(&self) -> usize {
+        self.lock().by_text.values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// Whether no schema is alive.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SchemaTable> {
+        // A panic elsewhere while holding the table leaves it consistent (one insert or sweep).
+        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Entries below which the cache never sweeps.
+const SWEEP_FLOOR: usize = 64;
 
 /// The compiled input schemas of one manifest, by namespaced name (compiled
 /// once, at intake, where the schemas are checked).
@@ -96,6 +161,32 @@ impl ArgumentGate {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_same_schema_is_compiled_once_and_freed_with_its_last_manifest() {
+        let cache = SchemaCache::default();
+        let schema = json!({"type": "object", "properties": {"id": {"type": "string"}}});
+        let first = cache.compile(&schema).unwrap();
+        let second = cache.compile(&schema).unwrap();
+        assert!(!first.shared && second.shared);
+        assert!(Arc::ptr_eq(&first.validator, &second.validator), "one copy");
+        let other = cache.compile(&json!({"type": "object"})).unwrap();
+        assert!(!other.shared, "another schema is compiled on its own");
+        assert_eq!(cache.len(), 2);
+        drop((first, second));
+        assert_eq!(cache.len(), 1, "freed with its last user");
+        assert!(!cache.compile(&schema).unwrap().shared, "compiled again once nobody held it");
+    }
+
+    #[test]
+    fn dead_schemas_are_swept_so_the_table_stays_bounded() {
+        let cache = SchemaCache::default();
+        for n in 0..1_000 {
+            cache.compile(&json!({"type": "object", "maxProperties": n})).unwrap();
+        }
+        let entries = cache.lock().by_text.len();
+        assert!(entries <= SWEEP_FLOOR, "{entries} entries for schemas nobody holds");
+    }
 
     #[test]
     fn arguments_are_checked_against_the_declared_schema_without_echoing_them() {

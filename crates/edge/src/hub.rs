@@ -62,6 +62,8 @@ pub struct Hub {
     pub metrics: EdgeMetrics,
     /// Verifies every credential: upgrades, and the user credentials that accompany backend calls.
     pub auth: Verifier,
+    /// Compiled input schemas, shared by every session that declares the same one.
+    pub schemas: crate::gate::SchemaCache,
     sessions: DashMap<String, Arc<Session>>,
     closed: Mutex<Tombstones>,
     draining: AtomicBool,
@@ -106,6 +108,7 @@ impl Hub {
             idle: Notify::new(),
             events,
             router,
+            schemas: crate::gate::SchemaCache::default(),
         })
     }
 

@@ -221,7 +221,7 @@ mod tests {
             annotations: None,
         };
         let print = Fingerprint::of(std::slice::from_ref(&decl), None);
-        let intake = crate::caps::intake(vec![decl], &Caps::default());
+        let intake = crate::caps::intake(vec![decl], &Caps::default(), &crate::gate::SchemaCache::default());
         AppliedManifest::new("s", seq, intake, None, &Identity::default(), print)
     }
 

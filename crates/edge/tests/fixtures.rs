@@ -7,6 +7,7 @@ use tether_contract::backend::DropReason;
 use tether_contract::mcp::ListToolsResult;
 use tether_contract::Caps;
 use tether_edge::caps::intake;
+use tether_edge::gate::SchemaCache;
 use tether_edge::names::NameTable;
 
 fn fixture(path: &str) -> Value {
@@ -31,7 +32,7 @@ fn the_realistic_device_survives_the_caps_whole() {
     let device = fixture("declarations/fieldkit-device.json");
     let list: ListToolsResult = serde_json::from_value(device["tools_list"].clone()).unwrap();
     let declared = list.tools.clone();
-    let out = intake(list.tools, &Caps::default());
+    let out = intake(list.tools, &Caps::default(), &SchemaCache::default());
     assert!(out.dropped.is_empty(), "{:?}", out.dropped);
     assert_eq!(out.tools.len(), 10);
     let expected = device["expected_namespaced"].as_object().unwrap();
@@ -49,11 +50,11 @@ fn the_over_cap_manifest_is_cut_the_same_way_every_time() {
     let device = fixture("declarations/over-caps.json");
     let list: ListToolsResult = serde_json::from_value(device["tools_list"].clone()).unwrap();
     let caps = Caps::default();
-    let first = intake(list.tools.clone(), &caps);
+    let first = intake(list.tools.clone(), &caps, &SchemaCache::default());
     for _ in 0..5 {
         let mut shuffled = list.tools.clone();
         shuffled.rotate_left(7);
-        let again = intake(shuffled, &caps);
+        let again = intake(shuffled, &caps, &SchemaCache::default());
         assert_eq!(again.dropped, first.dropped);
         assert_eq!(again.table, first.table);
     }

@@ -241,7 +241,11 @@ impl Session {
             };
             return Ok((swap, report));
         }
-        let mut intake = caps::intake(tools, &caps);
+        let mut intake = caps::intake(tools, &caps, &self.hub.schemas);
+        if intake.schemas_shared > 0 {
+            let shared = u64::try_from(intake.schemas_shared).unwrap_or(u64::MAX);
+            self.counters().schemas_shared.inc_by(shared);
+        }
         if paged_out {
             intake.dropped.push(DroppedTool {
                 name: "*".into(),

@@ -47,6 +47,8 @@ pub struct BenchConfig {
     pub quick: bool,
     /// Only the independent driver's rows.
     pub independent_only: bool,
+    /// Only idle memory and fail-fast (the rows a memory change moves).
+    pub idle_only: bool,
     /// Another build's `tether` whose `serve` is measured instead (devices,
     /// drivers and the relay stay this build's): a before/after in one run.
     pub server: Option<PathBuf>,
@@ -578,6 +580,12 @@ pub struct BenchReport {
 
 /// Runs the fixed bench set.
 pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
+    if cfg.idle_only {
+        let idle = idle_rows(&cfg).await?;
+        eprintln!("bench: tether fail-fast");
+        let fail_fast = fail_fast(&cfg).await?;
+        return Ok(BenchReport { independent: Vec::new(), rows: Vec::new(), idle, fail_fast });
+    }
     let independent = independent::run(&cfg).await?;
     if cfg.independent_only {
         return Ok(BenchReport {
@@ -613,25 +621,42 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
             rows.push(throughput(&cfg, target, 100, in_flight, false, false).await?);
         }
     }
-    let mut idle_rows = Vec::new();
-    for target in [Target::BareDefault, Target::Bare, Target::Tether] {
-        eprintln!("bench: {} idle memory at {} sessions", target.name(), cfg.idle_sessions);
-        idle_rows.push(idle(&cfg, target).await?);
-    }
+    let idle = idle_rows(&cfg).await?;
     eprintln!("bench: tether fail-fast");
     let fail_fast = fail_fast(&cfg).await?;
-    Ok(BenchReport { independent, rows, idle: idle_rows, fail_fast })
+    Ok(BenchReport { independent, rows, idle, fail_fast })
+}
+
+/// Idle memory of both relays and tether.
+async fn idle_rows(cfg: &BenchConfig) -> Result<Vec<Idle>, HarnessError> {
+    let mut rows = Vec::new();
+    for target in [Target::BareDefault, Target::Bare, Target::Tether] {
+        eprintln!("bench: {} idle memory at {} sessions", target.name(), cfg.idle_sessions);
+        rows.push(idle(cfg, target).await?);
+    }
+    Ok(rows)
 }
 
 impl BenchReport {
     /// The report as one table, with ratios against the bare relay (4 KiB) measured in the same run.
     pub fn table(&self) -> String {
-        let mut out = String::from("Independent driver (devices, driver and server in three processes):\n\n");
-        out.push_str(&independent::table(&self.independent));
-        if self.rows.is_empty() {
-            return out;
+        let mut out = String::new();
+        if !self.independent.is_empty() {
+            out.push_str("Independent driver (devices, driver and server in three processes):\n\n");
+            out.push_str(&independent::table(&self.independent));
         }
-        out.push_str("\nThrough tether-core (driver and simulated devices in the bench process):\n\n");
+        if !self.rows.is_empty() {
+            out.push_str(&self.through_core_table());
+        }
+        if !self.idle.is_empty() {
+            out.push_str(&self.idle_table());
+        }
+        out
+    }
+
+    fn through_core_table(&self) -> String {
+        let mut out =
+            String::from("\nThrough tether-core (driver and simulated devices in the bench process):\n\n");
         out.push_str("| target | sessions | in flight | seq moves | schema | calls/s | × bare | p50 µs | p99 µs | CPU µs/call | × bare | errors |\n");
         out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &self.rows {
@@ -661,6 +686,11 @@ impl BenchReport {
                 r.errors,
             ));
         }
+        out
+    }
+
+    fn idle_table(&self) -> String {
+        let mut out = String::new();
         let bare = self.idle.iter().find(|i| i.target == Target::Bare).map(|i| i.bytes_per_session);
         out.push_str("\n| target | idle sessions | KiB per session | × bare |\n|---|---|---|---|\n");
         for i in &self.idle {
