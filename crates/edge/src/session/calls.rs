@@ -20,7 +20,7 @@ use tether_rpc::{lock, Outcome};
 use super::{cancel_on_device, ms, Phase, Session};
 use crate::counters::EdgeCounters;
 use crate::exit::Exit;
-use crate::ws::Outbound;
+use crate::ws::{Outbound, QueueError};
 
 /// How many recent calls `sessions/inspect` shows.
 const RECENT_CALLS: usize = 32;
@@ -122,11 +122,11 @@ impl Session {
         } else if let Err(e) = self.outbound.try_send(Outbound::Text(frame)) {
             drop(request);
             return Err(match e {
-                mpsc::error::TrySendError::Full(_) => {
+                QueueError::Full => {
                     fallback!(self.counters().outbound_full, warn, session = %self.id, method, "device outbound queue full; request refused");
                     RequestError::Overloaded
                 }
-                mpsc::error::TrySendError::Closed(_) => RequestError::Closed("disconnected".into()),
+                QueueError::Closed => RequestError::Closed("disconnected".into()),
             });
         }
         let abandoned = |id| {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -40,7 +40,7 @@ use crate::exit::Exit;
 use crate::hub::{BackendEvent, Hub};
 use crate::manifest::{AppliedManifest, Identity, ManifestState};
 use crate::revision::Revision;
-use crate::ws::Outbound;
+use crate::ws::{Outbound, Outbox};
 
 mod calls;
 mod catalog;
@@ -115,7 +115,7 @@ pub struct Session {
     /// What the device announced at the upgrade, if anything.
     announced: Option<Revision>,
     handshake: OnceLock<Handshake>,
-    outbound: mpsc::Sender<Outbound>,
+    outbound: Outbox,
     calls: Pending<Answer, Late>,
     /// Calls whose backend asked for progress, by the token the device was given.
     progress: Mutex<HashMap<u64, ProgressRelay>>,
@@ -167,7 +167,7 @@ impl Session {
     fn new(
         hub: Arc<Hub>,
         device: &DeviceUpgrade,
-        outbound: mpsc::Sender<Outbound>,
+        outbound: Outbox,
         shutdown: CancellationToken,
         resumed: Option<(String, u64)>,
     ) -> Session {
@@ -348,7 +348,7 @@ impl Session {
 
     /// Frames queued for the device's socket right now (bounded by the outbound queue).
     pub fn queued_frames(&self) -> usize {
-        self.outbound.max_capacity() - self.outbound.capacity()
+        self.outbound.len()
     }
 
     /// Calls waiting for the device right now.
@@ -463,7 +463,7 @@ pub async fn serve_client<S, W>(
         Some(token) => claim(&hub, token, &device.principal).await,
         None => None,
     };
-    let (tx, rx) = mpsc::channel(hub.config.outbound_queue);
+    let (tx, rx) = crate::ws::outbox(hub.config.outbound_queue);
     let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
     let writer_session = Arc::clone(&session);
     let writer = tokio::spawn(async move {
