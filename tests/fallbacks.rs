@@ -464,6 +464,35 @@ fn every_cluster_counter_is_documented_and_driven_by_a_test() {
     );
 }
 
+/// A `list_changed` that arrives while the edge reads the first catalog is
+/// not lost: it is read once the session opens.
+#[tokio::test(start_paused = true)]
+async fn a_list_changed_during_the_handshake_is_read_once_the_session_opens() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let init = next_json(&mut ws).await;
+    let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
+    send(&mut ws, json!({"jsonrpc":"2.0","id":init["id"],"result":{"serverInfo":{"name":"scripted"}}})).await;
+    next_json(&mut ws).await; // initialized
+    let first = next_json(&mut ws).await;
+    assert_eq!(first["method"], json!("tools/list"));
+    send(&mut ws, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"tether.dev/seq":2}}})).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":first["id"],"result":{"tools":[{"name":"a"}],"_meta":{"tether.dev/seq":1}}})).await;
+    let second = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let v = next_json(&mut ws).await;
+            if v["method"] == json!("tools/list") {
+                break v;
+            }
+        }
+    })
+    .await
+    .expect("the change announced during the handshake is read once the session opens");
+    send(&mut ws, json!({"jsonrpc":"2.0","id":second["id"],"result":{"tools":[{"name":"a"},{"name":"b"}],"_meta":{"tether.dev/seq":2}}})).await;
+    wait_until(|| edge.hub.session(&session).and_then(|s| s.manifest()).is_some_and(|m| m.seq == 2)).await;
+    assert_eq!(edge.hub.session(&session).unwrap().manifest().unwrap().view.tools.len(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_list_changed_is_coalesced_and_rate_limited() {
     let edge = DuplexEdge::new();

@@ -305,19 +305,46 @@ impl Session {
         true
     }
 
-    /// Re-reads the catalog whenever the device says it changed, one read at a time.
+    /// Notes that the device's catalog changed and starts the refresher.
+    pub(super) fn catalog_changed(self: &Arc<Self>) {
+        self.refresh_pending.store(true, Ordering::Release);
+        self.start_refresher();
+    }
+
+    /// Starts the refresher if a change is pending, the session is listed,
+    /// and no refresher runs (a change noted before the session opened is
+    /// read once it opens).
+    pub(super) fn start_refresher(self: &Arc<Self>) {
+        if self.phase() != super::Phase::Ready
+            || !self.refresh_pending.load(Ordering::Acquire)
+            || self.refreshing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        tokio::spawn(Arc::clone(self).refresher());
+    }
+
+    /// Re-reads the catalog while the device says it changed, one read at a
+    /// time, then ends: an idle session keeps no task for this.
     ///
     /// Rate-limited: at most one `list_changed` re-read per `LIST_CHANGED_MIN_INTERVAL`;
     /// notifications that arrive meanwhile coalesce into the next read (counted).
-    pub(super) async fn refresher(self: Arc<Self>) {
+    async fn refresher(self: Arc<Self>) {
         let budget = self.hub.config.budgets.reread;
-        let mut last_read: Option<Instant> = None;
         loop {
-            tokio::select! {
-                _ = self.refresh.notified() => {}
-                _ = self.closed.cancelled() => return,
+            if !self.refresh_pending.swap(false, Ordering::AcqRel) {
+                self.refreshing.store(false, Ordering::Release);
+                // A change noted between the swap and the store saw a refresher
+                // running and left it the work: take it unless another started.
+                if self.refresh_pending.load(Ordering::Acquire)
+                    && !self.refreshing.swap(true, Ordering::AcqRel)
+                {
+                    continue;
+                }
+                return;
             }
-            if let Some(earliest) = last_read.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
+            let last = *self.last_refresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(earliest) = last.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
                 if Instant::now() < earliest {
                     fallback!(self.counters().list_changed_rate_limited, debug, session = %self.id, "list_changed re-read held back by the rate limit");
                     tokio::select! {
@@ -326,7 +353,11 @@ impl Session {
                     }
                 }
             }
-            last_read = Some(Instant::now());
+            if self.is_closed() {
+                return;
+            }
+            *self.last_refresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(Instant::now());
             if let Err(e) = Box::pin(self.read_catalog(budget)).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
             }

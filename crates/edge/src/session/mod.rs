@@ -14,13 +14,12 @@
 //! - [`reader`] — the read loop: frames in, answers paired, liveness, exits.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::Stream;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -122,8 +121,13 @@ pub struct Session {
     manifest: ManifestState,
     /// Issue-order stamp for catalogs that carry no seq of their own.
     read_stamp: AtomicU64,
-    /// Wakes the refresher: the device said its catalog changed.
-    refresh: Notify,
+    /// The device said its catalog changed and no re-read has started since.
+    refresh_pending: AtomicBool,
+    /// A refresher task is running (at most one; it ends when nothing is
+    /// pending, so an idle session holds no task for it).
+    refreshing: AtomicBool,
+    /// When the last `list_changed` re-read started, for the rate limit.
+    last_refresh: Mutex<Option<Instant>>,
     /// Id of the open `subscriptions/listen` request (0: none).
     listen_id: AtomicU64,
     recent: Mutex<VecDeque<RecentCall>>,
@@ -143,7 +147,7 @@ pub struct Session {
     resumed: Option<u64>,
     /// A device presented this session's token: a new socket is taking it
     /// over, so it never reports itself closed (the new socket speaks for it).
-    claimed: std::sync::atomic::AtomicBool,
+    claimed: AtomicBool,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -189,7 +193,9 @@ impl Session {
             manifest: ManifestState::default(),
             // A resumed session's unstamped catalogs go on from its old seq, never back.
             read_stamp: AtomicU64::new(resumed_seq.unwrap_or(0)),
-            refresh: Notify::new(),
+            refresh_pending: AtomicBool::new(false),
+            refreshing: AtomicBool::new(false),
+            last_refresh: Mutex::new(None),
             listen_id: AtomicU64::new(0),
             recent: Mutex::default(),
             exit: OnceLock::new(),
@@ -199,7 +205,7 @@ impl Session {
             resume_secret: Mutex::new(secret),
             detached: OnceLock::new(),
             resumed: resumed_seq,
-            claimed: std::sync::atomic::AtomicBool::new(false),
+            claimed: AtomicBool::new(false),
         }
     }
 
@@ -483,7 +489,6 @@ pub async fn serve_client<S, W>(
     let lifecycle = tokio::spawn(
         async move {
             let s = lifecycle_session;
-            // Boxed so the idle task keeps only the refresher's small state.
             match Box::pin(s.initialize()).await {
                 Ok(report) => {
                     // Reachable from every edge before anyone is told it is ready.
@@ -491,7 +496,8 @@ pub async fn serve_client<S, W>(
                         warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
                     }
                     s.open(report);
-                    s.refresher().await;
+                    // A change announced during the handshake is read now.
+                    s.start_refresher();
                 }
                 Err(_) if s.is_closed() => {}
                 Err(e) => {

@@ -3,6 +3,7 @@
 //! [`Exit`] the loop ends with.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -51,7 +52,7 @@ impl Strikes {
 /// Reads until the socket ends; also pings quiet devices, closes half-open
 /// ones after the idle deadline, and closes at the credential's expiry.
 pub(super) async fn read_loop<S>(
-    session: &Session,
+    session: &Arc<Session>,
     mut stream: S,
     shutdown: &CancellationToken,
     expires_at: Option<Instant>,
@@ -144,7 +145,7 @@ struct Malformed;
 
 impl Session {
     /// Handles one text frame.
-    fn on_text(&self, text: &str) -> Result<(), Malformed> {
+    fn on_text(self: &Arc<Self>, text: &str) -> Result<(), Malformed> {
         match jsonrpc::parse(text) {
             Ok(Frame::Response { id, outcome }) => {
                 let answer = match outcome {
@@ -206,7 +207,7 @@ impl Session {
         }
     }
 
-    fn on_notification(&self, method: &str, params: &Value) {
+    fn on_notification(self: &Arc<Self>, method: &str, params: &Value) {
         if method == crate::revision::method::SUBSCRIPTIONS_ACKNOWLEDGED {
             debug!(session = %self.id, "device acknowledged the list_changed subscription");
             return;
@@ -230,7 +231,7 @@ impl Session {
                 return;
             }
         }
-        // Notify holds one permit: a burst of list_changed coalesces into one re-read.
-        self.refresh.notify_one();
+        // One pending flag: a burst of list_changed coalesces into one re-read.
+        self.catalog_changed();
     }
 }
