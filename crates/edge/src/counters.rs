@@ -36,7 +36,7 @@ tether_counters::counters! {
         rereads_after_call,
         /// Moved seqs (on a result or a `list_changed`) applied without a catalog read: the device's digest vouched the catalog unchanged.
         rereads_skipped,
-        /// Input schemas a catalog read found already compiled by another session (one copy held, not compiled again).
+        /// Input schemas a catalog read found already compiled (for another session, an earlier read, or another tool): one copy held, not compiled again.
         schemas_shared,
         /// Device progress notifications relayed to the backend that asked for them.
         progress_relayed,

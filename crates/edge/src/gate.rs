@@ -44,9 +44,9 @@ pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
 ///
 /// A compiled validator is a few KiB even for `{"type": "object"}`, and the
 /// devices of one app declare the same schemas: 10,000 sessions compile each
-/// schema once and hold one copy. Entries are weak, so a schema no manifest
-/// uses any more is freed with its last manifest (dead entries are swept when
-/// the table has doubled since the last sweep).
+/// schema once and hold one copy. Entries are weak: a compiled schema is
+/// freed with the last manifest that uses it, and its key text at the next
+/// sweep (run when the table has doubled since the last one).
 #[derive(Debug, Default)]
 pub struct SchemaCache {
     table: Mutex<SchemaTable>,
@@ -63,7 +63,8 @@ struct SchemaTable {
 pub struct Compiled {
     /// The validator, shared with every manifest that declares the same schema.
     pub validator: Arc<Validator>,
-    /// True when another manifest had already compiled it.
+    /// True when it was already compiled (for another session, an earlier
+    /// read of this one, or another tool of the same catalog).
     pub shared: bool,
 }
 
@@ -86,7 +87,7 @@ impl SchemaCache {
         Ok(Compiled { validator, shared: false })
     }
 
-    /// Distinct schemas alive in some manifest (after the last sweep, at most twice that).
+    /// Distinct compiled schemas some manifest still holds.
     pub fn len(&self) -> usize {
         self.lock().by_text.values().filter(|w| w.strong_count() > 0).count()
     }
@@ -97,8 +98,7 @@ impl SchemaCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SchemaTable> {
-        // A panic elsewhere while holding the table leaves it consistent (one insert or sweep).
-        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        tether_rpc::lock(&self.table)
     }
 }
 

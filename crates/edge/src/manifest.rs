@@ -110,8 +110,8 @@ impl AppliedManifest {
 
     /// Whether the device's digest says its catalog is still the one applied:
     /// a moved seq under it needs no re-read.
-    pub fn vouched_by(&self, digest: Option<&str>) -> bool {
-        self.digest.is_some() && digest.map(Digest::of) == self.digest
+    pub fn vouched_by(&self, digest: Option<Digest>) -> bool {
+        self.digest.is_some() && digest == self.digest
     }
 
     /// Whether a catalog with this fingerprint is what this manifest was made from.

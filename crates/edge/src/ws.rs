@@ -53,8 +53,8 @@ pub enum Outbound {
 ///
 /// Not tokio's `mpsc`: that one allocates a 32-slot block (about 1.5 KiB) per
 /// channel up front, which an idle session — most sessions — never uses.
-/// This queue holds nothing until a frame is queued (one small node per
-/// queued frame) and enforces its bound with a counter.
+/// This one holds its small shared state and one node per queued frame, and
+/// enforces its bound with a counter.
 #[derive(Debug)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Outbound>,
@@ -88,6 +88,10 @@ pub fn outbox(capacity: usize) -> (Outbox, OutboxReader) {
 impl Outbox {
     /// Queues `item` unless the queue is full or its writer is gone.
     pub fn try_send(&self, item: Outbound) -> Result<(), QueueError> {
+        // A gone writer is Closed even when it left frames untaken.
+        if self.tx.is_closed() {
+            return Err(QueueError::Closed);
+        }
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(QueueError::Full);
@@ -217,6 +221,14 @@ mod tests {
         drop(reader);
         assert_eq!(out.try_send(text(5)), Err(QueueError::Closed), "nobody writes any more");
         assert!(out.is_empty(), "a refused frame holds no slot");
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_whose_writer_is_gone_is_closed_not_full() {
+        let (out, reader) = outbox(1);
+        out.try_send(text(1)).unwrap();
+        drop(reader);
+        assert_eq!(out.try_send(text(2)), Err(QueueError::Closed));
     }
 
     #[tokio::test]

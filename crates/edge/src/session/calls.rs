@@ -20,6 +20,7 @@ use tether_rpc::{lock, Outcome};
 use super::{cancel_on_device, ms, Phase, Session};
 use crate::counters::EdgeCounters;
 use crate::exit::Exit;
+use crate::manifest::Digest;
 use crate::ws::{Outbound, QueueError};
 
 /// How many recent calls `sessions/inspect` shows.
@@ -309,7 +310,7 @@ impl Session {
 
         let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
         let moved = response.result.seq().filter(|s| *s > applied.seq);
-        if moved.is_some_and(|seq| !self.restamp(seq, response.result.digest())) {
+        if moved.is_some_and(|seq| !self.restamp(seq, response.result.digest().map(Digest::of))) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             if let Err(e) = self.read_catalog(budgets.reread).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");

@@ -2,13 +2,13 @@
 //! paged `tools/list` reads offered to the seq rule, and the refresher that
 //! re-reads on `list_changed`.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::backend::{DropReason, DroppedTool, ListChanged};
 use tether_contract::error::{ErrorKind, WireError};
@@ -16,6 +16,7 @@ use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, InitializeResult, ListToolsResult};
 use tether_contract::{Caps, Leg, MCP_PROTOCOL_VERSION};
 use tether_counters::fallback;
+use tether_rpc::lock;
 
 use super::calls::RequestError;
 use super::{Handshake, Session};
@@ -292,12 +293,12 @@ impl Session {
     /// applied manifest re-stamped, no catalog read, nothing sent (the device
     /// said nothing changed, so a `manifest_applied` would report nothing).
     /// False when the digest is absent or not the applied one: read instead.
-    pub(super) fn restamp(&self, seq: u64, digest: Option<&str>) -> bool {
+    pub(super) fn restamp(&self, seq: u64, digest: Option<Digest>) -> bool {
         let Some(current) = self.manifest.current().filter(|c| c.vouched_by(digest)) else {
             return false;
         };
         // Rejected means a concurrent read applied a newer seq: nothing to do either.
-        if let Swap::Accepted { from, to } = self.manifest.offer(current.reseq(seq, digest.map(Digest::of))) {
+        if let Swap::Accepted { from, to } = self.manifest.offer(current.reseq(seq, digest)) {
             EdgeCounters::bump(&self.counters().swaps_accepted);
             EdgeCounters::bump(&self.counters().rereads_skipped);
             debug!(session = %self.id, from = ?from, to, "seq moved under the applied digest; manifest re-stamped without a read");
@@ -305,9 +306,11 @@ impl Session {
         true
     }
 
-    /// Notes that the device's catalog changed and starts the refresher.
-    pub(super) fn catalog_changed(self: &Arc<Self>) {
-        self.refresh_pending.store(true, Ordering::Release);
+    /// Notes that the device's catalog changed and starts the refresher;
+    /// `vouched` is the announcement's seq and digest, if it carried both.
+    pub(super) fn catalog_changed(self: &Arc<Self>, vouched: Option<(u64, Digest)>) {
+        *lock(&self.refresh.announced) = vouched;
+        self.refresh.mark();
         self.start_refresher();
     }
 
@@ -315,35 +318,23 @@ impl Session {
     /// and no refresher runs (a change noted before the session opened is
     /// read once it opens).
     pub(super) fn start_refresher(self: &Arc<Self>) {
-        if self.phase() != super::Phase::Ready
-            || !self.refresh_pending.load(Ordering::Acquire)
-            || self.refreshing.swap(true, Ordering::AcqRel)
-        {
-            return;
+        if self.phase() == super::Phase::Ready && self.refresh.claim() {
+            let span = tracing::info_span!("session", session = %self.id, principal = %self.principal);
+            tokio::spawn(Arc::clone(self).refresher().instrument(span));
         }
-        tokio::spawn(Arc::clone(self).refresher());
     }
 
     /// Re-reads the catalog while the device says it changed, one read at a
-    /// time, then ends: an idle session keeps no task for this.
+    /// time, then ends: an idle session keeps no task for this. An
+    /// announcement whose digest is the applied one is re-stamped instead.
     ///
-    /// Rate-limited: at most one `list_changed` re-read per `LIST_CHANGED_MIN_INTERVAL`;
-    /// notifications that arrive meanwhile coalesce into the next read (counted).
+    /// Rate-limited: at most one `list_changed` re-read (or re-stamp) per
+    /// `LIST_CHANGED_MIN_INTERVAL`; notifications that arrive meanwhile
+    /// coalesce into the next one (counted).
     async fn refresher(self: Arc<Self>) {
         let budget = self.hub.config.budgets.reread;
-        loop {
-            if !self.refresh_pending.swap(false, Ordering::AcqRel) {
-                self.refreshing.store(false, Ordering::Release);
-                // A change noted between the swap and the store saw a refresher
-                // running and left it the work: take it unless another started.
-                if self.refresh_pending.load(Ordering::Acquire)
-                    && !self.refreshing.swap(true, Ordering::AcqRel)
-                {
-                    continue;
-                }
-                return;
-            }
-            let last = *self.last_refresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while self.refresh.take() {
+            let last = *lock(&self.refresh.last);
             if let Some(earliest) = last.map(|t| t + LIST_CHANGED_MIN_INTERVAL) {
                 if Instant::now() < earliest {
                     fallback!(self.counters().list_changed_rate_limited, debug, session = %self.id, "list_changed re-read held back by the rate limit");
@@ -356,11 +347,75 @@ impl Session {
             if self.is_closed() {
                 return;
             }
-            *self.last_refresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                Some(Instant::now());
+            *lock(&self.refresh.last) = Some(Instant::now());
+            let vouched = lock(&self.refresh.announced).take();
+            if vouched.is_some_and(|(seq, digest)| self.restamp(seq, Some(digest))) {
+                continue;
+            }
             if let Err(e) = Box::pin(self.read_catalog(budget)).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after list_changed failed; keeping the applied manifest");
             }
         }
+    }
+}
+
+/// The `list_changed` refresher's state: one atomic, so a change announced
+/// while a refresher is about to end is never lost between them.
+#[derive(Debug, Default)]
+pub(super) struct Refresh {
+    /// [`DIRTY`]: a change is announced and not yet taken; [`RUNNING`]: a refresher task runs.
+    state: AtomicU8,
+    /// The newest announcement's seq and digest, for a re-stamp without a read.
+    announced: Mutex<Option<(u64, Digest)>>,
+    /// When the last re-read (or re-stamp) started, for the rate limit.
+    last: Mutex<Option<Instant>>,
+}
+
+const DIRTY: u8 = 1;
+const RUNNING: u8 = 2;
+
+impl Refresh {
+    /// A change was announced.
+    fn mark(&self) {
+        self.state.fetch_or(DIRTY, Ordering::AcqRel);
+    }
+
+    /// True (and now running) when a change is pending and no refresher runs.
+    fn claim(&self) -> bool {
+        self.state.compare_exchange(DIRTY, DIRTY | RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The running refresher takes the pending change: true to act on it,
+    /// false when none is pending (and the refresher is no longer running).
+    fn take(&self) -> bool {
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            let next = if state & DIRTY != 0 { RUNNING } else { 0 };
+            match self.state.compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return state & DIRTY != 0,
+                Err(now) => state = now,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_marked_while_the_refresher_runs_is_taken_before_it_ends() {
+        let refresh = Refresh::default();
+        assert!(!refresh.claim(), "nothing pending, nothing to run");
+        refresh.mark();
+        assert!(refresh.claim());
+        assert!(!refresh.claim(), "one refresher at a time");
+        assert!(refresh.take(), "the change that started it");
+        refresh.mark(); // announced while it reads
+        assert!(!refresh.claim(), "the running refresher will take it");
+        assert!(refresh.take(), "taken before ending");
+        assert!(!refresh.take(), "nothing left: it ends");
+        refresh.mark();
+        assert!(refresh.claim(), "after it ended, the next change starts another");
     }
 }

@@ -121,13 +121,8 @@ pub struct Session {
     manifest: ManifestState,
     /// Issue-order stamp for catalogs that carry no seq of their own.
     read_stamp: AtomicU64,
-    /// The device said its catalog changed and no re-read has started since.
-    refresh_pending: AtomicBool,
-    /// A refresher task is running (at most one; it ends when nothing is
-    /// pending, so an idle session holds no task for it).
-    refreshing: AtomicBool,
-    /// When the last `list_changed` re-read started, for the rate limit.
-    last_refresh: Mutex<Option<Instant>>,
+    /// What the device's `list_changed` asked of the refresher.
+    refresh: catalog::Refresh,
     /// Id of the open `subscriptions/listen` request (0: none).
     listen_id: AtomicU64,
     recent: Mutex<VecDeque<RecentCall>>,
@@ -193,9 +188,7 @@ impl Session {
             manifest: ManifestState::default(),
             // A resumed session's unstamped catalogs go on from its old seq, never back.
             read_stamp: AtomicU64::new(resumed_seq.unwrap_or(0)),
-            refresh_pending: AtomicBool::new(false),
-            refreshing: AtomicBool::new(false),
-            last_refresh: Mutex::new(None),
+            refresh: catalog::Refresh::default(),
             listen_id: AtomicU64::new(0),
             recent: Mutex::default(),
             exit: OnceLock::new(),

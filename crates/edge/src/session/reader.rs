@@ -23,6 +23,7 @@ use tether_rpc::Completion;
 use super::calls::Answer;
 use super::{ms, Session};
 use crate::exit::Exit;
+use crate::manifest::Digest;
 use crate::ws::Outbound;
 
 /// How long malformed frames are remembered: strikes reset after a quiet minute.
@@ -227,11 +228,9 @@ impl Session {
                 fallback!(self.counters().list_changed_stale, debug, session = %self.id, announced, applied, "list_changed not newer than applied manifest");
                 return;
             }
-            if self.restamp(announced, mcp::digest_of(meta)) {
-                return;
-            }
         }
-        // One pending flag: a burst of list_changed coalesces into one re-read.
-        self.catalog_changed();
+        // One pending change: a burst of list_changed coalesces into one re-read
+        // (or, under the applied digest, one re-stamp), rate-limited either way.
+        self.catalog_changed(announced.zip(mcp::digest_of(meta).map(Digest::of)));
     }
 }
