@@ -191,7 +191,7 @@ async fn long_descriptions_are_cut_and_counted() {
     let (_dev, session) = edge.device(DeviceSpec::minimal(vec![long])).await;
     assert_eq!(counter(&edge, "descriptions_truncated"), 1);
     let m = edge.hub.session(&session).unwrap().manifest().unwrap();
-    assert_eq!(m.view.tools[0].description.as_ref().map(|d| d.chars().count()), Some(512));
+    assert_eq!(m.tools()[0].description.as_ref().map(|d| d.chars().count()), Some(512));
 }
 
 /// 1,000 calls at once at default sizes to a device that stopped reading:
@@ -300,7 +300,7 @@ async fn a_matching_client_profile_applies_its_caps() {
     let edge = DuplexEdge::with_config(config);
     let (_dev, session) = edge.device(DeviceSpec::minimal(vec![tool("a"), tool("b")])).await;
     let m = edge.hub.session(&session).unwrap().manifest().unwrap();
-    assert_eq!(m.view.tools.len(), 1);
+    assert_eq!(m.tools().len(), 1);
     assert_eq!(counter(&edge, "tools_dropped"), 1);
     assert_eq!(counter(&edge, "client_profile_fallbacks"), 0);
 }
@@ -490,7 +490,7 @@ async fn a_list_changed_during_the_handshake_is_read_once_the_session_opens() {
     .expect("the change announced during the handshake is read once the session opens");
     send(&mut ws, json!({"jsonrpc":"2.0","id":second["id"],"result":{"tools":[{"name":"a"},{"name":"b"}],"_meta":{"tether.dev/seq":2}}})).await;
     wait_until(|| edge.hub.session(&session).and_then(|s| s.manifest()).is_some_and(|m| m.seq == 2)).await;
-    assert_eq!(edge.hub.session(&session).unwrap().manifest().unwrap().view.tools.len(), 2);
+    assert_eq!(edge.hub.session(&session).unwrap().manifest().unwrap().tools().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]

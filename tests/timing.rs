@@ -301,6 +301,7 @@ async fn a_seq_that_moves_under_the_applied_digest_is_restamped_without_a_read()
     assert_eq!(counters.get("rereads_skipped"), 1);
     let applied = edge.hub.session(&session).unwrap().manifest().unwrap();
     assert_eq!((applied.seq, applied.content_seq), (2, 1));
+    assert_eq!(applied.view().seq, 2, "a backend reading the manifest sees the new seq");
     assert_eq!(dev.observed.manifest_reports().len(), 1, "no read, so nothing new to report");
 
     // list_changed over the same catalog: re-stamped, nothing read.

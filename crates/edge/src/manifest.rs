@@ -25,8 +25,9 @@ pub struct AppliedManifest {
     pub content_seq: u64,
     /// Namespaced ↔ original names of the kept tools.
     pub table: Arc<NameTable>,
-    /// The backend view, built once per swap so reads never rebuild it.
-    pub view: Arc<Manifest>,
+    /// The backend view, built once per swap so reads never rebuild it; its
+    /// `seq` lags a re-stamp (read it through [`Self::view`]).
+    view: Arc<Manifest>,
     /// The kept tools' compiled input schemas: every call's arguments pass it.
     pub gate: Arc<ArgumentGate>,
     /// A fingerprint of the catalog as the device declared it (and its
@@ -121,15 +122,31 @@ impl AppliedManifest {
 
     /// This manifest under a new seq, content untouched: no intake, no schema
     /// compile, and nothing for a backend to re-read.
+    /// Copies no view: a device whose seq moves on every call does not pay
+    /// for a copy of its catalog and context each time.
     pub fn reseq(&self, seq: u64, digest: Option<Digest>) -> AppliedManifest {
+        AppliedManifest { seq, digest, ..self.clone() }
+    }
+
+    /// The backend view under this manifest's seq: the one built at the swap,
+    /// or a copy under the new seq when a re-stamp moved it since.
+    pub fn view(&self) -> Arc<Manifest> {
+        if self.view.seq == self.seq {
+            return Arc::clone(&self.view);
+        }
         let mut view = (*self.view).clone();
-        view.seq = seq;
-        AppliedManifest { seq, view: Arc::new(view), digest, ..self.clone() }
+        view.seq = self.seq;
+        Arc::new(view)
+    }
+
+    /// The kept tools as the backend sees them (namespaced).
+    pub fn tools(&self) -> &[ToolDeclaration] {
+        &self.view.tools
     }
 
     /// Namespaced names of the tools available now, for `tool_unavailable`.
     pub fn available(&self) -> Vec<String> {
-        self.view.tools.iter().map(|t| t.name.clone()).collect()
+        self.tools().iter().map(|t| t.name.clone()).collect()
     }
 
     /// Tools the caps left out of this manifest.

@@ -177,7 +177,7 @@ fn info(s: &Session) -> SessionInfo {
         server_info: s.server_info(),
         protocol_version: s.revision().as_str().to_owned(),
         seq: manifest.as_ref().map_or(0, |m| m.seq),
-        tools: manifest.as_ref().map_or(0, |m| m.view.tools.len()),
+        tools: manifest.as_ref().map_or(0, |m| m.tools().len()),
     }
 }
 
@@ -236,7 +236,7 @@ impl Router for Local {
         reader: &'a Reader,
     ) -> Routed<'a, Arc<Manifest>> {
         let manifest = Local::readable(hub, session, reader).and_then(|s| match s.manifest() {
-            Some(m) => Ok(Arc::clone(&m.view)),
+            Some(m) => Ok(m.view()),
             None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),
         });
         Box::pin(std::future::ready(manifest))

@@ -322,7 +322,7 @@ impl Session {
         if let Some(current) = self.manifest.current() {
             let held = params.meta.bound_seq.unwrap_or(applied.seq);
             if current.content_seq > held {
-                response.manifest = Some((*current.view).clone());
+                response.manifest = Some((*current.view()).clone());
             }
             response.seq = current.seq;
         }

@@ -231,9 +231,7 @@ impl Session {
                 Swap::Accepted { from, to } => {
                     EdgeCounters::bump(&self.counters().swaps_accepted);
                     debug!(session = %self.id, from = ?from, to, "seq moved over the same catalog; manifest re-stamped");
-                    Some(
-                        json!({"seq": seq, "kept": current.view.tools.len(), "dropped": current.view.dropped}),
-                    )
+                    Some(json!({"seq": seq, "kept": current.tools().len(), "dropped": current.dropped()}))
                 }
                 Swap::Rejected { applied, offered } => {
                     fallback!(self.counters().swaps_rejected, info, session = %self.id, applied, offered, "stale manifest swap rejected");
