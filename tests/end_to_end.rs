@@ -495,6 +495,13 @@ async fn dropping_a_call_cancels_it_on_the_device() {
     assert_eq!(edge.hub.counters().get("calls_cancelled"), 1);
     assert_eq!(edge.hub.session(&session).unwrap().pending_calls(), 0);
     turn.call("client__ping", json!({})).await.unwrap();
+    let recent = edge.hub.session(&session).unwrap().inspect().recent_calls;
+    let seen: Vec<_> = recent.iter().map(|c| (c.tool.as_str(), c.outcome.as_str())).collect();
+    assert_eq!(
+        seen,
+        [("client__wait", "cancelled"), ("client__ping", "ok")],
+        "inspect shows the cancelled call"
+    );
 }
 
 /// A device's progress on a call reaches the backend that asked for it, in

@@ -310,7 +310,7 @@ pub struct NamePair {
 pub struct RecentCall {
     /// Namespaced tool name.
     pub tool: String,
-    /// `ok` or the error kind.
+    /// `ok`, the error kind, or `cancelled` (the backend stopped waiting).
     pub outcome: String,
     /// Time from the backend's request to the outcome, in ms.
     pub latency_ms: u64,

@@ -167,21 +167,23 @@ impl Session {
         params: CallParams,
         progress: Option<ProgressRelay>,
     ) -> Result<CallResponse, WireError> {
-        let started = Instant::now();
-        let tool = params.name.clone();
-        let span = tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %tool);
+        // A call the backend cancels is dropped mid-flight; the guard still remembers it.
+        let mut remembered =
+            Remembered { session: self, tool: Some(params.name.clone()), started: Instant::now() };
+        let span =
+            tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %params.name);
         let outcome = self.call_tool_inner(params, progress).instrument(span).await;
-        let call = RecentCall {
-            tool,
-            outcome: outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned()),
-            latency_ms: ms(started.elapsed()),
-        };
+        remembered.finish(outcome.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"));
+        outcome
+    }
+
+    /// Adds a call to the recent calls `sessions/inspect` shows.
+    fn remember(&self, call: RecentCall) {
         let mut recent = lock(&self.recent);
         if recent.len() >= RECENT_CALLS {
             recent.pop_front();
         }
         recent.push_back(call);
-        outcome
     }
 
     /// The operator's view of this session (`tether inspect`).
@@ -382,5 +384,28 @@ impl Session {
             return;
         }
         EdgeCounters::bump(&self.counters().progress_relayed);
+    }
+}
+
+/// Remembers one call among the recent calls: with its outcome when it ends,
+/// or as `cancelled` when the backend cancels it and its future is dropped.
+struct Remembered<'a> {
+    session: &'a Session,
+    tool: Option<String>,
+    started: Instant,
+}
+
+impl Remembered<'_> {
+    fn finish(&mut self, outcome: &str) {
+        if let Some(tool) = self.tool.take() {
+            let latency_ms = ms(self.started.elapsed());
+            self.session.remember(RecentCall { tool, outcome: outcome.to_owned(), latency_ms });
+        }
+    }
+}
+
+impl Drop for Remembered<'_> {
+    fn drop(&mut self) {
+        self.finish("cancelled");
     }
 }
