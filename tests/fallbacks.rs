@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, DuplexStream};
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -197,6 +198,44 @@ async fn long_descriptions_are_cut_and_counted() {
 /// 1,000 calls at once at default sizes to a device that stopped reading:
 /// what the edge holds stays within its queue, every call gets one outcome,
 /// and every refusal is an `overloaded` that was counted.
+/// A device that stops reading cannot hold its connection past the idle
+/// deadline: the writer blocked on the full pipe is given a bounded time to
+/// send its close, then abandoned (counted), and the connection ends.
+#[tokio::test(start_paused = true)]
+async fn a_device_that_stops_reading_cannot_hold_its_connection_open() {
+    let edge = DuplexEdge::new();
+    let (edge_end, device_end) = tokio::io::duplex(512);
+    let cfg = tether_edge::ws::ws_config(&edge.hub.config.caps);
+    let server = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+    let (sink, stream) = server.split();
+    let device = tether_edge::session::DeviceUpgrade {
+        principal: "mira".into(),
+        expires_in: None,
+        announced: None,
+        resume: None,
+    };
+    let connection = tokio::spawn(tether_edge::session::serve_client(
+        std::sync::Arc::clone(&edge.hub),
+        sink,
+        stream,
+        device,
+        edge.shutdown.clone(),
+    ));
+    let mut ws = WebSocketStream::from_raw_socket(device_end, Role::Client, None).await;
+    let session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    // The device stops reading; calls fill the pipe and block the writer.
+    let link = std::sync::Arc::new(edge.backend().await);
+    for _ in 0..64 {
+        let (link, p) = (link.clone(), call(&session, "client__a"));
+        tokio::spawn(async move { link.call(p, Duration::from_secs(12)).await });
+    }
+    let ended = tokio::time::timeout(test_config().idle_timeout * 3, connection).await;
+    assert!(ended.is_ok(), "the connection outlived the idle deadline by far");
+    assert!(edge.hub.session(&session).is_none());
+    assert_eq!(counter(&edge, "close_writes_abandoned"), 1);
+    drop(ws);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_1000_calls_to_a_device_that_stopped_reading_stays_bounded_and_counts_every_refusal() {
     let edge = DuplexEdge::new();

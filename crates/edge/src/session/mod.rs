@@ -145,6 +145,10 @@ pub struct Session {
     claimed: AtomicBool,
 }
 
+/// How long the writer may take to send the close frame once the session's
+/// socket has ended, before the connection is dropped without it.
+const CLOSE_WRITE_DEADLINE: Duration = Duration::from_secs(5);
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -505,7 +509,13 @@ pub async fn serve_client<S, W>(
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
     let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
     session.leave(exit);
-    let _ = writer.await;
+    // The writer sends the close frame; a device that stopped reading could
+    // hold it in a full socket for ever (and this connection's slot with it).
+    let mut writer = writer;
+    if tokio::time::timeout(CLOSE_WRITE_DEADLINE, &mut writer).await.is_err() {
+        writer.abort();
+        fallback!(hub.counters().close_writes_abandoned, info, session = %session.id, deadline_ms = ms(CLOSE_WRITE_DEADLINE), "device stopped reading: its close frame was not written in time; connection dropped");
+    }
     // A detached session waits for its device without this connection: its
     // principal's connection slot frees now, so the device can come back.
     if session.phase() != Phase::Detached {
