@@ -236,6 +236,40 @@ async fn a_device_that_stops_reading_cannot_hold_its_connection_open() {
     drop(ws);
 }
 
+/// A backend that stops reading cannot stall its link for ever: a write that
+/// does not finish within 10 s closes the link (counted).
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_stops_reading_has_its_link_closed() {
+    let edge = DuplexEdge::new();
+    let (edge_end, backend_end) = tokio::io::duplex(512);
+    let cfg = tether_edge::ws::ws_config(&edge.hub.config.caps);
+    let server = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+    let (sink, stream) = server.split();
+    let link = tokio::spawn(tether_edge::backend::serve_backend(
+        std::sync::Arc::clone(&edge.hub),
+        sink,
+        stream,
+        "agent".into(),
+        edge.shutdown.clone(),
+    ));
+    let mut ws = WebSocketStream::from_raw_socket(backend_end, Role::Client, None).await;
+    let started = tokio::time::Instant::now();
+    // Requests whose answers fill the 512-byte pipe; the backend reads none of them.
+    // (Sending fails once the edge has closed the link: that is the point.)
+    for id in 0..64 {
+        let request = json!({"jsonrpc":"2.0","id":id,"method":"sessions/list","params":{}});
+        if ws.send(Message::text(request.to_string())).await.is_err() {
+            break;
+        }
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(60), link).await;
+    assert!(ended.is_ok(), "the link is still held for a backend that reads nothing");
+    // Paused time jumps while everything waits: the deadline is what ended it.
+    let held = started.elapsed();
+    assert!(held >= Duration::from_secs(10) && held < Duration::from_secs(20), "closed after {held:?}");
+    assert_eq!(counter(&edge, "backend_writes_stalled"), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_1000_calls_to_a_device_that_stopped_reading_stays_bounded_and_counts_every_refusal() {
     let edge = DuplexEdge::new();

@@ -311,10 +311,21 @@ pub async fn serve_backend<S, W>(
                 out.push(answer(&id, outcome));
             }
         }
-        if !out.is_empty() && write(&mut sink, &mut out).await.is_err() {
-            debug!(%principal, "backend socket write failed");
-            writable = false;
-            break;
+        if !out.is_empty() {
+            // A backend that stopped reading would otherwise stop this link for ever.
+            match tokio::time::timeout(BACKEND_WRITE_DEADLINE, write(&mut sink, &mut out)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    debug!(%principal, error = %e, "backend socket write failed");
+                    writable = false;
+                    break;
+                }
+                Err(_) => {
+                    fallback!(hub.counters().backend_writes_stalled, warn, %principal, deadline_ms = BACKEND_WRITE_DEADLINE.as_millis() as u64, "backend stopped reading: a write did not finish in time; link closed");
+                    writable = false;
+                    break;
+                }
+            }
         }
     }
     if !shutdown.is_cancelled() && !cancels.is_empty() {
@@ -361,6 +372,10 @@ fn answer(id: &Value, outcome: Result<Box<RawValue>, WireError>) -> String {
 }
 
 /// Writes every pending frame, then flushes once.
+/// How long one write to a backend may take before the link is closed: a
+/// healthy backend reads continuously, so this only ends a stuck one.
+const BACKEND_WRITE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn write<W>(sink: &mut W, out: &mut Vec<String>) -> Result<(), WsError>
 where
     W: Sink<Message, Error = WsError> + Unpin,

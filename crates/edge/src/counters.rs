@@ -60,6 +60,8 @@ tether_counters::counters! {
         resumes_refused,
         /// Detached sessions whose device did not come back within the resume grace; closed then.
         resume_grace_expired,
+        /// Backend links closed because a write to the backend did not finish within 10 s (it stopped reading).
+        backend_writes_stalled,
         /// Device connections dropped without their close frame: the device stopped reading and the frame could not be written within 5 s.
         close_writes_abandoned,
         /// Upgrades refused for a bad or missing credential.
