@@ -43,12 +43,18 @@ async fn send(ws: &mut WebSocketStream<DuplexStream>, v: Value) {
 }
 
 /// A hand-driven device that completes the handshake with `tools`; returns its session id.
-async fn scripted(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>, tools: Value) -> String {
+/// A scripted device's handshake up to the edge's first `tools/list`:
+/// (the session id, that request).
+async fn until_first_list(ws: &mut WebSocketStream<DuplexStream>) -> (String, Value) {
     let init = next_json(ws).await;
     let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
     send(ws, json!({"jsonrpc":"2.0","id":init["id"],"result":{"serverInfo":{"name":"scripted"}}})).await;
     next_json(ws).await; // initialized
-    let list = next_json(ws).await;
+    (session, next_json(ws).await)
+}
+
+async fn scripted(edge: &DuplexEdge, ws: &mut WebSocketStream<DuplexStream>, tools: Value) -> String {
+    let (session, list) = until_first_list(ws).await;
     send(ws, json!({"jsonrpc":"2.0","id":list["id"],"result":{"tools":tools,"_meta":{"tether.dev/seq":1}}}))
         .await;
     // Ready: the edge reports the manifest applied only once the session is listed.
@@ -195,18 +201,13 @@ async fn long_descriptions_are_cut_and_counted() {
     assert_eq!(m.tools()[0].description.as_ref().map(|d| d.chars().count()), Some(512));
 }
 
-/// 1,000 calls at once at default sizes to a device that stopped reading:
-/// what the edge holds stays within its queue, every call gets one outcome,
-/// and every refusal is an `overloaded` that was counted.
 /// A device that stops reading cannot hold its connection past the idle
 /// deadline: the writer blocked on the full pipe is given a bounded time to
 /// send its close, then abandoned (counted), and the connection ends.
 #[tokio::test(start_paused = true)]
 async fn a_device_that_stops_reading_cannot_hold_its_connection_open() {
     let edge = DuplexEdge::new();
-    let (edge_end, device_end) = tokio::io::duplex(512);
-    let cfg = tether_edge::ws::ws_config(&edge.hub.config.caps);
-    let server = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+    let (server, device_end) = edge.pipe(512).await;
     let (sink, stream) = server.split();
     let device = tether_edge::session::DeviceUpgrade {
         principal: "mira".into(),
@@ -241,9 +242,7 @@ async fn a_device_that_stops_reading_cannot_hold_its_connection_open() {
 #[tokio::test(start_paused = true)]
 async fn a_backend_that_stops_reading_has_its_link_closed() {
     let edge = DuplexEdge::new();
-    let (edge_end, backend_end) = tokio::io::duplex(512);
-    let cfg = tether_edge::ws::ws_config(&edge.hub.config.caps);
-    let server = WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await;
+    let (server, backend_end) = edge.pipe(512).await;
     let (sink, stream) = server.split();
     let link = tokio::spawn(tether_edge::backend::serve_backend(
         std::sync::Arc::clone(&edge.hub),
@@ -270,6 +269,9 @@ async fn a_backend_that_stops_reading_has_its_link_closed() {
     assert_eq!(counter(&edge, "backend_writes_stalled"), 1);
 }
 
+/// 1,000 calls at once at default sizes to a device that stopped reading:
+/// what the edge holds stays within its queue, every call gets one outcome,
+/// and every refusal is an `overloaded` that was counted.
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_1000_calls_to_a_device_that_stopped_reading_stays_bounded_and_counts_every_refusal() {
     let edge = DuplexEdge::new();
@@ -543,11 +545,7 @@ fn every_cluster_counter_is_documented_and_driven_by_a_test() {
 async fn a_list_changed_during_the_handshake_is_read_once_the_session_opens() {
     let edge = DuplexEdge::new();
     let mut ws = edge.raw_device().await;
-    let init = next_json(&mut ws).await;
-    let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
-    send(&mut ws, json!({"jsonrpc":"2.0","id":init["id"],"result":{"serverInfo":{"name":"scripted"}}})).await;
-    next_json(&mut ws).await; // initialized
-    let first = next_json(&mut ws).await;
+    let (session, first) = until_first_list(&mut ws).await;
     assert_eq!(first["method"], json!("tools/list"));
     send(&mut ws, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"tether.dev/seq":2}}})).await;
     send(&mut ws, json!({"jsonrpc":"2.0","id":first["id"],"result":{"tools":[{"name":"a"}],"_meta":{"tether.dev/seq":1}}})).await;

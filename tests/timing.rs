@@ -279,8 +279,8 @@ async fn a_seq_that_moves_over_the_same_catalog_changes_nothing_a_backend_holds(
 }
 
 /// A device that stamps a catalog digest saves the re-read: a moved seq under
-/// the applied digest is re-stamped at once, on a call result or on
-/// `list_changed`; a new digest is read as before.
+/// the applied digest is re-stamped, at once on a call result and under the
+/// rate limit on `list_changed`; a new digest is read as before.
 #[tokio::test(start_paused = true)]
 async fn a_seq_that_moves_under_the_applied_digest_is_restamped_without_a_read() {
     let edge = DuplexEdge::new();

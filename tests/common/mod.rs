@@ -148,7 +148,7 @@ impl DuplexEdge {
     }
 
     /// An in-memory pipe: the edge's end as a configured server socket, and the peer's raw end.
-    async fn pipe(&self, size: usize) -> (WebSocketStream<DuplexStream>, DuplexStream) {
+    pub async fn pipe(&self, size: usize) -> (WebSocketStream<DuplexStream>, DuplexStream) {
         let (edge_end, peer_end) = tokio::io::duplex(size);
         let cfg = tether_edge::ws::ws_config(&self.hub.config.caps);
         (WebSocketStream::from_raw_socket(edge_end, Role::Server, Some(cfg)).await, peer_end)

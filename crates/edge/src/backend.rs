@@ -321,7 +321,7 @@ pub async fn serve_backend<S, W>(
                     break;
                 }
                 Err(_) => {
-                    fallback!(hub.counters().backend_writes_stalled, warn, %principal, deadline_ms = BACKEND_WRITE_DEADLINE.as_millis() as u64, "backend stopped reading: a write did not finish in time; link closed");
+                    fallback!(hub.counters().backend_writes_stalled, warn, %principal, deadline_s = BACKEND_WRITE_DEADLINE.as_secs(), "backend stopped reading: a write did not finish in time; link closed");
                     writable = false;
                     break;
                 }
@@ -371,11 +371,11 @@ fn answer(id: &Value, outcome: Result<Box<RawValue>, WireError>) -> String {
     }
 }
 
-/// Writes every pending frame, then flushes once.
 /// How long one write to a backend may take before the link is closed: a
 /// healthy backend reads continuously, so this only ends a stuck one.
 const BACKEND_WRITE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Writes every pending frame, then flushes once.
 async fn write<W>(sink: &mut W, out: &mut Vec<String>) -> Result<(), WsError>
 where
     W: Sink<Message, Error = WsError> + Unpin,

@@ -47,11 +47,16 @@ pub struct Digest(u64);
 impl Digest {
     /// Hashes the device's digest string.
     pub fn of(device: &str) -> Digest {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        device.hash(&mut hasher);
-        Digest(hasher.finish())
+        Digest(hash_text(device))
     }
+}
+
+/// A 64-bit hash of `text`, for comparisons that need no second copy of it.
+fn hash_text(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The serialized length and a 64-bit hash of a declared catalog and context.
@@ -64,11 +69,8 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Fingerprints `declared` and `context` as they serialize.
     pub fn of(declared: &[ToolDeclaration], context: Option<&Value>) -> Fingerprint {
-        use std::hash::{Hash, Hasher};
         let text = serde_json::to_string(&(declared, context)).unwrap_or_default();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut hasher);
-        Fingerprint { len: text.len(), hash: hasher.finish() }
+        Fingerprint { len: text.len(), hash: hash_text(&text) }
     }
 }
 

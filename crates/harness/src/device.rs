@@ -378,6 +378,9 @@ struct State {
     session: Option<String>,
     /// The catalog a `navigate` fault toggles back to.
     original_tools: Vec<ToolDeclaration>,
+    /// `tether.dev/digest` of the catalog now, when the spec stamps one
+    /// (computed when the catalog changes, not per answer).
+    digest: Option<String>,
 }
 
 impl State {
@@ -385,20 +388,23 @@ impl State {
         let mut m = Map::new();
         if let Some(seq) = self.seq {
             m.insert(meta::SEQ.into(), Value::from(seq));
-            if self.spec.digest {
-                m.insert(meta::DIGEST.into(), Value::from(self.digest()));
+            if let Some(digest) = &self.digest {
+                m.insert(meta::DIGEST.into(), Value::from(digest.as_str()));
             }
         }
         m
     }
 
     /// Any stable hash of the catalog and context serves; the edge only compares.
-    fn digest(&self) -> String {
+    fn digest_of(spec: &DeviceSpec) -> Option<String> {
         use std::hash::{Hash, Hasher};
-        let text = serde_json::to_string(&(&self.spec.tools, &self.spec.context)).unwrap_or_default();
+        if !spec.digest {
+            return None;
+        }
+        let text = serde_json::to_string(&(&spec.tools, &spec.context)).unwrap_or_default();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut hasher);
-        format!("{:016x}", hasher.finish())
+        Some(format!("{:016x}", hasher.finish()))
     }
 
     fn list_page(&self, cursor: Option<&str>) -> Value {
@@ -419,6 +425,7 @@ impl State {
     fn navigate(&mut self, tools: Vec<ToolDeclaration>) {
         self.spec.tools = tools;
         self.seq = self.seq.map(|s| s + 1);
+        self.digest = State::digest_of(&self.spec);
     }
 }
 
@@ -513,7 +520,8 @@ async fn run<S>(
     });
     let seq = spec.seq;
     let original_tools = spec.tools.clone();
-    let mut state = State { spec, seq, session: None, original_tools };
+    let digest = State::digest_of(&spec);
+    let mut state = State { spec, seq, session: None, original_tools, digest };
     loop {
         tokio::select! {
             next = stream.next() => {

@@ -205,7 +205,7 @@ impl Session {
                 )
             })?;
             seq = seq.or(mcp::seq_of(page.meta.as_ref()));
-            digest = digest.or(mcp::digest_of(page.meta.as_ref()).map(Digest::of));
+            digest = digest.or_else(|| mcp::digest_of(page.meta.as_ref()).map(Digest::of));
             if context.is_none() {
                 context = page.meta.as_ref().and_then(|m| m.get(meta::CONTEXT)).cloned();
             }
@@ -386,14 +386,10 @@ impl Refresh {
     /// The running refresher takes the pending change: true to act on it,
     /// false when none is pending (and the refresher is no longer running).
     fn take(&self) -> bool {
-        let mut state = self.state.load(Ordering::Acquire);
-        loop {
-            let next = if state & DIRTY != 0 { RUNNING } else { 0 };
-            match self.state.compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return state & DIRTY != 0,
-                Err(now) => state = now,
-            }
-        }
+        let step = |state: u8| Some(if state & DIRTY != 0 { RUNNING } else { 0 });
+        // Both arms carry the state before; `step` never refuses, so it is Ok.
+        let (Ok(before) | Err(before)) = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, step);
+        before & DIRTY != 0
     }
 }
 
