@@ -70,9 +70,11 @@ async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
     assert_eq!(dev.observed.calls().len(), 1);
 }
 
-/// Devices of one app declare the same schemas: the edge compiles each once
-/// and every session's gate holds that one copy (a compiled schema is a few
-/// KiB, so this is most of an idle session's cost). Each gate still refuses.
+/// Devices of one app declare the same catalog: the edge makes its intake
+/// (kept tools, names, compiled schemas) once and every session holds that
+/// one copy; another catalog with the same schemas compiles none again (a
+/// compiled schema is a few KiB, a parsed one ~600 bytes an object, so this
+/// is most of an idle session's cost). Each session's gate still refuses.
 #[tokio::test]
 async fn sessions_that_declare_the_same_schemas_share_one_compiled_copy() {
     let edge = LiveEdge::start().await;
@@ -81,7 +83,19 @@ async fn sessions_that_declare_the_same_schemas_share_one_compiled_copy() {
     assert_eq!(edge.hub.counters().get("schemas_shared"), 0);
     let (second, session) = edge.device(DeviceSpec::fieldkit()).await;
     assert_eq!(DeviceSpec::fieldkit().tools.len(), 10);
-    assert_eq!(edge.hub.counters().get("schemas_shared"), 10, "every schema came from the first session");
+    assert_eq!(
+        edge.hub.counters().get("catalogs_shared"),
+        1,
+        "the second session holds the first one's intake"
+    );
+    assert_eq!(edge.hub.catalogs.len(), 1);
+    assert_eq!(edge.hub.counters().get("schemas_shared"), 0, "nothing was compiled for it");
+    let mut fewer = DeviceSpec::fieldkit();
+    fewer.tools.pop();
+    assert_eq!(fewer.tools.len(), 9);
+    let (_third, _) = edge.device(fewer).await;
+    assert_eq!(edge.hub.catalogs.len(), 2, "another catalog, another intake");
+    assert_eq!(edge.hub.counters().get("schemas_shared"), 9, "its schemas came from the first session");
     assert_eq!(edge.hub.schemas.len(), distinct, "no second copy");
     let link = edge.backend().await;
     let call = |arguments: Value| tether_contract::backend::CallParams {

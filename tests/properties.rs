@@ -15,7 +15,7 @@ use tether_contract::names::RESERVED;
 use tether_contract::Caps;
 use tether_edge::caps::intake;
 use tether_edge::gate::SchemaCache;
-use tether_edge::manifest::{AppliedManifest, Identity, ManifestState, Swap};
+use tether_edge::manifest::{AppliedManifest, ManifestState, Swap};
 use tether_edge::names::{slug, NameTable};
 use unicode_normalization::UnicodeNormalization;
 
@@ -89,8 +89,10 @@ proptest! {
         let mut newest: Option<u64> = None;
         for seq in seqs {
             let candidate = AppliedManifest::new(
-                "s", seq, intake(vec![decl("t", 1)], &Caps::default(), &SchemaCache::default()), None, &Identity::default(),
-                tether_edge::manifest::Fingerprint::of(&[decl("t", 1)], None),
+                seq,
+                std::sync::Arc::new(intake(vec![decl("t", 1)], &Caps::default(), &SchemaCache::default())),
+                None,
+                tether_edge::manifest::Fingerprint::of("[t]", None),
             );
             let swap = state.offer(candidate);
             let accepted = newest.is_none_or(|n| seq > n);

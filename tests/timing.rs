@@ -299,9 +299,10 @@ async fn a_seq_that_moves_under_the_applied_digest_is_restamped_without_a_read()
     turn.call("client__go", json!({})).await.unwrap();
     assert_eq!(counters.get("rereads_after_call"), 0, "the digest vouched for the catalog");
     assert_eq!(counters.get("rereads_skipped"), 1);
-    let applied = edge.hub.session(&session).unwrap().manifest().unwrap();
+    let held = edge.hub.session(&session).unwrap();
+    let applied = held.manifest().unwrap();
     assert_eq!((applied.seq, applied.content_seq), (2, 1));
-    assert_eq!(applied.view().seq, 2, "a backend reading the manifest sees the new seq");
+    assert_eq!(held.view(&applied).seq, 2, "a backend reading the manifest sees the new seq");
     assert_eq!(dev.observed.manifest_reports().len(), 1, "no read, so nothing new to report");
 
     // list_changed over the same catalog: re-stamped, nothing read.

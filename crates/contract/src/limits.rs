@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::schema::SchemaLimits;
 
 /// Byte and count caps applied by the edge, with the design's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Caps {
     /// Largest WebSocket frame / message accepted or sent, in bytes.
     pub transport_ceiling: usize,

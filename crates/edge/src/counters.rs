@@ -38,6 +38,8 @@ tether_counters::counters! {
         rereads_skipped,
         /// Input schemas a catalog read found already compiled (for another session, an earlier read, or another tool): one copy held, not compiled again.
         schemas_shared,
+        /// Catalog reads whose catalog another manifest already held under the same caps: the session shares that intake (tools, names, compiled schemas), no copy made.
+        catalogs_shared,
         /// Device progress notifications relayed to the backend that asked for them.
         progress_relayed,
         /// Backend requests the backend cancelled (`notifications/cancelled`) before their outcome; no response is sent.

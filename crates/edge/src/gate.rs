@@ -10,12 +10,14 @@
 //! cannot gate (`tests/contract.rs` pins that edge and core agree).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use jsonschema::{PatternOptions, Validator};
 use serde_json::Value;
 
 use tether_contract::{ErrorKind, WireError};
+
+use crate::shared::WeakTable;
 
 /// Largest compiled program one `pattern` may become, in bytes (core's too).
 const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
@@ -44,19 +46,10 @@ pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
 ///
 /// A compiled validator is a few KiB even for `{"type": "object"}`, and the
 /// devices of one app declare the same schemas: 10,000 sessions compile each
-/// schema once and hold one copy. Entries are weak: a compiled schema is
-/// freed with the last manifest that uses it, and its key text at the next
-/// sweep (run when the table has doubled since the last one).
+/// schema once and hold one copy (held weakly, see [`crate::shared`]).
 #[derive(Debug, Default)]
 pub struct SchemaCache {
-    table: Mutex<SchemaTable>,
-}
-
-#[derive(Debug, Default)]
-struct SchemaTable {
-    by_text: HashMap<String, Weak<Validator>>,
-    /// Entries after the last sweep: the next sweep runs at twice as many.
-    swept_at: usize,
+    table: WeakTable<String, Validator>,
 }
 
 /// A compiled schema and whether it was shared rather than compiled.
@@ -73,37 +66,25 @@ impl SchemaCache {
     /// Limits are the caller's to check first (they differ by client profile).
     pub fn compile(&self, schema: &Value) -> Result<Compiled, SchemaError> {
         let text = serde_json::to_string(schema).map_err(|e| SchemaError::Compile(e.to_string()))?;
-        if let Some(validator) = self.lock().by_text.get(&text).and_then(Weak::upgrade) {
+        if let Some(validator) = self.table.get(text.as_str()) {
             return Ok(Compiled { validator, shared: true });
         }
         // Compiled outside the lock: two sessions racing compile twice, harmlessly.
         let validator = Arc::new(compile(schema)?);
-        let mut table = self.lock();
-        table.by_text.insert(text, Arc::downgrade(&validator));
-        if table.by_text.len() >= (table.swept_at * 2).max(SWEEP_FLOOR) {
-            table.by_text.retain(|_, weak| weak.strong_count() > 0);
-            table.swept_at = table.by_text.len();
-        }
+        self.table.insert(text, &validator);
         Ok(Compiled { validator, shared: false })
     }
 
     /// Distinct compiled schemas some manifest still holds.
     pub fn len(&self) -> usize {
-        self.lock().by_text.values().filter(|w| w.strong_count() > 0).count()
+        self.table.len()
     }
 
     /// Whether no schema is alive.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SchemaTable> {
-        tether_rpc::lock(&self.table)
+        self.table.is_empty()
     }
 }
-
-/// Entries below which the cache never sweeps.
-const SWEEP_FLOOR: usize = 64;
 
 /// The compiled input schemas of one manifest, by namespaced name (compiled
 /// once, at intake, where the schemas are checked).
@@ -176,16 +157,6 @@ mod tests {
         drop((first, second));
         assert_eq!(cache.len(), 1, "freed with its last user");
         assert!(!cache.compile(&schema).unwrap().shared, "compiled again once nobody held it");
-    }
-
-    #[test]
-    fn dead_schemas_are_swept_so_the_table_stays_bounded() {
-        let cache = SchemaCache::default();
-        for n in 0..1_000 {
-            cache.compile(&json!({"type": "object", "maxProperties": n})).unwrap();
-        }
-        let entries = cache.lock().by_text.len();
-        assert!(entries <= SWEEP_FLOOR, "{entries} entries for schemas nobody holds");
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub struct Hub {
     pub auth: Verifier,
     /// Compiled input schemas, shared by every session that declares the same one.
     pub schemas: crate::gate::SchemaCache,
+    /// Intakes, shared by every session that declares the same catalog under the same caps.
+    pub catalogs: crate::shared::CatalogCache,
     sessions: DashMap<String, Arc<Session>>,
     closed: Mutex<Tombstones>,
     draining: AtomicBool,
@@ -109,6 +111,7 @@ impl Hub {
             events,
             router,
             schemas: crate::gate::SchemaCache::default(),
+            catalogs: crate::shared::CatalogCache::default(),
         })
     }
 

@@ -15,6 +15,7 @@
 //! - [`manifest`] — the applied manifest and the seq rule for swaps.
 //! - [`caps`] — the caps applied to a declared catalog (pure).
 //! - [`names`] — slugging into `client__…` and the translation table (pure).
+//! - [`shared`] — catalogs and schemas many sessions declare alike, held once.
 //! - [`auth`] — JWT verification and the signing secret.
 //! - [`config`] — embedded defaults, checked once.
 //! - [`counters`] — metrics: a counter for every fallback and drop, families, histograms.
@@ -39,6 +40,7 @@ pub mod revision;
 pub mod router;
 pub mod server;
 pub mod session;
+pub mod shared;
 pub mod upgrade;
 pub mod ws;
 

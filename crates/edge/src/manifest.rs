@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tether_contract::backend::{DroppedTool, Manifest};
 use tether_contract::mcp::ToolDeclaration;
@@ -16,6 +17,10 @@ use crate::gate::ArgumentGate;
 use crate::names::NameTable;
 
 /// One applied manifest: what the backend sees and how to route back.
+///
+/// Per session it holds only its seqs, its context and two hashes: the
+/// intake (kept tools, names, gate) is shared by every session that declared
+/// the same catalog, and the backend view is built when a backend reads it.
 #[derive(Debug, Clone)]
 pub struct AppliedManifest {
     /// Seq of this manifest (device-stamped, or edge issue-order stamp).
@@ -23,13 +28,10 @@ pub struct AppliedManifest {
     /// The seq at which the content (tools, context) last changed: a seq
     /// that moves over the same catalog changes nothing a backend holds.
     pub content_seq: u64,
-    /// Namespaced ↔ original names of the kept tools.
-    pub table: Arc<NameTable>,
-    /// The backend view, built once per swap so reads never rebuild it; its
-    /// `seq` lags a re-stamp (read it through [`Self::view`]).
-    view: Arc<Manifest>,
-    /// The kept tools' compiled input schemas: every call's arguments pass it.
-    pub gate: Arc<ArgumentGate>,
+    /// The caps applied to the declared catalog (shared, see [`crate::shared`]).
+    intake: Arc<Intake>,
+    /// The device's context `{pointer, snapshot}`, when it sent one.
+    context: Option<Arc<Value>>,
     /// A fingerprint of the catalog as the device declared it (and its
     /// context), to recognise a re-read that changed nothing without keeping
     /// a second copy of the catalog per session.
@@ -67,39 +69,23 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
-    /// Fingerprints `declared` and `context` as they serialize.
-    pub fn of(declared: &[ToolDeclaration], context: Option<&Value>) -> Fingerprint {
-        let text = serde_json::to_string(&(declared, context)).unwrap_or_default();
-        Fingerprint { len: text.len(), hash: hash_text(&text) }
+    /// Fingerprints a declared catalog (as its JSON `text`) and its context.
+    pub fn of(text: &str, context: Option<&Value>) -> Fingerprint {
+        let context = context.map(Value::to_string).unwrap_or_default();
+        let joined = format!("{text}\n{context}");
+        Fingerprint { len: joined.len(), hash: hash_text(&joined) }
     }
 }
 
 impl AppliedManifest {
-    /// Builds the applied form of an intake for `session`; `declared` is
-    /// the fingerprint of the catalog the intake was made from.
-    pub fn new(
-        session: &str,
-        seq: u64,
-        intake: Intake,
-        context: Option<Value>,
-        identity: &Identity,
-        declared: Fingerprint,
-    ) -> Self {
-        let view = Manifest {
-            session: session.to_owned(),
-            seq,
-            tools: intake.tools,
-            instructions: identity.instructions.clone(),
-            concept: identity.concept.clone(),
-            context,
-            dropped: intake.dropped,
-        };
+    /// Applies `intake` at `seq`; `declared` is the fingerprint of the
+    /// catalog and context it was made from.
+    pub fn new(seq: u64, intake: Arc<Intake>, context: Option<Value>, declared: Fingerprint) -> Self {
         AppliedManifest {
             seq,
             content_seq: seq,
-            table: Arc::new(intake.table),
-            view: Arc::new(view),
-            gate: Arc::new(intake.gate),
+            intake,
+            context: context.map(Arc::new),
             declared,
             digest: None,
         }
@@ -123,27 +109,29 @@ impl AppliedManifest {
     }
 
     /// This manifest under a new seq, content untouched: no intake, no schema
-    /// compile, and nothing for a backend to re-read.
-    /// Copies no view: a device whose seq moves on every call does not pay
-    /// for a copy of its catalog and context each time.
+    /// compile, no copy, and nothing for a backend to re-read.
     pub fn reseq(&self, seq: u64, digest: Option<Digest>) -> AppliedManifest {
         AppliedManifest { seq, digest, ..self.clone() }
     }
 
-    /// The backend view under this manifest's seq: the one built at the swap,
-    /// or a copy under the new seq when a re-stamp moved it since.
-    pub fn view(&self) -> Arc<Manifest> {
-        if self.view.seq == self.seq {
-            return Arc::clone(&self.view);
+    /// The backend view of `session` (whose handshake said `identity`) under
+    /// this manifest's seq, built on read: sessions share their intake, so
+    /// none holds a copy of its tools for a read that may never come.
+    pub fn view(&self, session: &str, identity: &Identity) -> Manifest {
+        Manifest {
+            session: session.to_owned(),
+            seq: self.seq,
+            tools: self.intake.tools.clone(),
+            instructions: identity.instructions.clone(),
+            concept: identity.concept.clone(),
+            context: self.context.as_deref().cloned(),
+            dropped: self.intake.dropped.clone(),
         }
-        let mut view = (*self.view).clone();
-        view.seq = self.seq;
-        Arc::new(view)
     }
 
     /// The kept tools as the backend sees them (namespaced).
     pub fn tools(&self) -> &[ToolDeclaration] {
-        &self.view.tools
+        &self.intake.tools
     }
 
     /// Namespaced names of the tools available now, for `tool_unavailable`.
@@ -153,19 +141,44 @@ impl AppliedManifest {
 
     /// Tools the caps left out of this manifest.
     pub fn dropped(&self) -> &[DroppedTool] {
-        &self.view.dropped
+        &self.intake.dropped
+    }
+
+    /// Namespaced ↔ original names of the kept tools.
+    pub fn table(&self) -> &NameTable {
+        &self.intake.table
+    }
+
+    /// The kept tools' compiled input schemas: every call's arguments pass it.
+    pub fn gate(&self) -> &ArgumentGate {
+        &self.intake.gate
     }
 }
 
 /// What a device said about itself at `initialize`.
 #[derive(Debug, Clone, Default)]
 pub struct Identity {
-    /// `serverInfo`.
-    pub server_info: Value,
+    /// `serverInfo` as JSON text: parsed, even `{"name", "version"}` is a
+    /// 600-byte B-tree node per session, for a field only inspection reads.
+    server_info: Option<Box<RawValue>>,
     /// Free-text concept model.
     pub instructions: Option<String>,
     /// Structured concept (`tether.dev/concept`).
     pub concept: Option<Value>,
+}
+
+impl Identity {
+    /// What the handshake said: `serverInfo`, instructions, concept.
+    pub fn new(server_info: &Value, instructions: Option<String>, concept: Option<Value>) -> Identity {
+        let server_info =
+            (!server_info.is_null()).then(|| serde_json::value::to_raw_value(server_info).ok()).flatten();
+        Identity { server_info, instructions, concept }
+    }
+
+    /// The device's `serverInfo` (null when it sent none).
+    pub fn server_info(&self) -> Value {
+        self.server_info.as_deref().and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or_default()
+    }
 }
 
 /// The outcome of offering a candidate manifest.
@@ -239,9 +252,9 @@ mod tests {
             output_schema: None,
             annotations: None,
         };
-        let print = Fingerprint::of(std::slice::from_ref(&decl), None);
+        let text = serde_json::to_string(std::slice::from_ref(&decl)).unwrap_or_default();
         let intake = crate::caps::intake(vec![decl], &Caps::default(), &crate::gate::SchemaCache::default());
-        AppliedManifest::new("s", seq, intake, None, &Identity::default(), print)
+        AppliedManifest::new(seq, Arc::new(intake), None, Fingerprint::of(&text, None))
     }
 
     #[test]

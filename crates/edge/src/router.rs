@@ -236,7 +236,7 @@ impl Router for Local {
         reader: &'a Reader,
     ) -> Routed<'a, Arc<Manifest>> {
         let manifest = Local::readable(hub, session, reader).and_then(|s| match s.manifest() {
-            Some(m) => Ok(m.view()),
+            Some(m) => Ok(Arc::new(s.view(&m))),
             None => Err(WireError::new(ErrorKind::SessionNotFound, "session is still initializing")),
         });
         Box::pin(std::future::ready(manifest))

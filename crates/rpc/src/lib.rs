@@ -180,6 +180,19 @@ impl<A, T> Pending<A, T> {
         lock(&self.state).closed.is_some()
     }
 
+    /// Gives back the table's memory while nothing waits: a session idle
+    /// after its handshake or a burst holds no empty table's capacity.
+    pub fn shrink_if_idle(&self) {
+        let mut state = lock(&self.state);
+        if state.waiting.is_empty() {
+            state.waiting.shrink_to_fit();
+        }
+        if state.late.is_empty() {
+            state.late.shrink_to_fit();
+            state.late_order.shrink_to_fit();
+        }
+    }
+
     /// Requests waiting right now.
     pub fn waiting(&self) -> usize {
         lock(&self.state).waiting.len()
@@ -296,6 +309,24 @@ mod tests {
         assert_eq!(request.wait_until(soon(), |_| panic!("not abandoned")).await, Outcome::Answered("done"));
         assert_eq!(pending.complete(id, "again"), Completion::Unknown);
         assert_eq!(pending.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_table_gives_its_memory_back_and_a_busy_one_keeps_its_waiters() {
+        let pending: Pending<&str, &str> = Pending::new(8);
+        let requests: Vec<_> =
+            (0..20).map(|_| pending.open("tool").unwrap_or_else(|r| panic!("open: {r}"))).collect();
+        let held = requests[19].id();
+        for r in &requests[..19] {
+            pending.complete(r.id(), "done");
+        }
+        pending.shrink_if_idle();
+        assert!(lock(&pending.state).waiting.capacity() >= 1, "a table with a waiter keeps it");
+        assert_eq!(pending.complete(held, "last"), Completion::Delivered, "the waiter survived");
+        assert!(lock(&pending.state).waiting.capacity() >= 20, "capacity stays until shrunk");
+        pending.shrink_if_idle();
+        assert_eq!(lock(&pending.state).waiting.capacity(), 0, "nothing waits: nothing held");
+        drop(requests);
     }
 
     #[tokio::test(start_paused = true)]

@@ -198,7 +198,7 @@ impl Session {
             tools: manifest
                 .as_ref()
                 .map(|m| {
-                    m.table
+                    m.table()
                         .pairs()
                         .into_iter()
                         .map(|(n, o)| NamePair { namespaced: n.to_owned(), original: o.to_owned() })
@@ -234,7 +234,7 @@ impl Session {
             fallback!(self.counters().calls_channel_closed, debug, session = %self.id, tool = %params.name, reason, "call refused: the session has closed");
             return Err(WireError::channel_closed(&reason));
         }
-        let Some(original) = applied.table.original(&params.name).map(str::to_owned) else {
+        let Some(original) = applied.table().original(&params.name).map(str::to_owned) else {
             return Err(WireError::new(
                 ErrorKind::ToolUnavailable,
                 format!("{} is not in the session's manifest (seq {})", params.name, applied.seq),
@@ -242,7 +242,7 @@ impl Session {
             .with("available", applied.available())
             .with("seq", applied.seq));
         };
-        if let Err(refused) = applied.gate.check(&params.name, &params.arguments) {
+        if let Err(refused) = applied.gate().check(&params.name, &params.arguments) {
             fallback!(self.counters().arguments_refused, warn, session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
             return Err(refused);
         }
@@ -324,7 +324,7 @@ impl Session {
         if let Some(current) = self.manifest.current() {
             let held = params.meta.bound_seq.unwrap_or(applied.seq);
             if current.content_seq > held {
-                response.manifest = Some((*current.view()).clone());
+                response.manifest = Some(self.view(&current));
             }
             response.seq = current.seq;
         }

@@ -25,6 +25,7 @@ use crate::counters::EdgeCounters;
 use crate::hub::BackendEvent;
 use crate::manifest::{AppliedManifest, Digest, Fingerprint, Identity, Swap};
 use crate::revision::Revision;
+use crate::shared::SharedIntake;
 
 /// Least time between two catalog re-reads triggered by `list_changed`.
 const LIST_CHANGED_MIN_INTERVAL: Duration = Duration::from_millis(200);
@@ -48,7 +49,8 @@ impl Session {
                 Err(e) => return Err(self.request_error(e, Leg::Reread, budget)),
             },
         };
-        let caps = self.client_profile_caps(identity.server_info.get("name").and_then(Value::as_str));
+        let server_info = identity.server_info();
+        let caps = self.client_profile_caps(server_info.get("name").and_then(Value::as_str));
         let _ = self.handshake.set(Handshake { identity, revision, caps });
         self.hub.metrics.sessions_by_revision.get_or_create(&[("revision", revision.as_str())]).inc();
         let report = self.fetch_catalog(budget).await.map(|(_, report)| report)?;
@@ -73,7 +75,7 @@ impl Session {
         self.claimed_session(init.meta.as_ref());
         let concept = init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned();
         self.send_notification(method::INITIALIZED, &json!({}));
-        Ok(Identity { server_info: init.server_info, instructions: init.instructions, concept })
+        Ok(Identity::new(&init.server_info, init.instructions, concept))
     }
 
     /// The 2026-07-28 start: `server/discover` with the envelope; no handshake follows.
@@ -87,11 +89,7 @@ impl Session {
         let found = crate::revision::read_discover(&value)
             .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
         self.claimed_session(value.get("_meta").and_then(Value::as_object));
-        Ok(Identity {
-            server_info: found.server_info,
-            instructions: found.instructions,
-            concept: found.concept,
-        })
+        Ok(Identity::new(&found.server_info, found.instructions, found.concept))
     }
 
     /// `meta` plus the session id the edge minted and, when resume is on,
@@ -224,7 +222,9 @@ impl Session {
         self.observe_leg(Leg::Reread, read_started);
         let seq = seq.unwrap_or(stamp);
         // A seq that moved over the same catalog: the applied manifest, re-stamped.
-        let declared = Fingerprint::of(&tools, context.as_ref());
+        // The catalog's text keys the shared intake; its hash (with the context's) spots a re-read that changed nothing.
+        let text = serde_json::to_string(&tools).unwrap_or_default();
+        let declared = Fingerprint::of(&text, context.as_ref());
         if let Some(current) = self.manifest.current().filter(|c| !paged_out && c.same_content(declared)) {
             let swap = self.manifest.offer(current.reseq(seq, digest));
             let report = match swap {
@@ -240,18 +240,25 @@ impl Session {
             };
             return Ok((swap, report));
         }
-        let mut intake = caps::intake(tools, &caps, &self.hub.schemas);
-        if intake.schemas_shared > 0 {
+        // Sessions that declared this catalog under these caps share one intake.
+        let key = if paged_out { format!("{text}\n(cut short by paging)") } else { text };
+        let SharedIntake { intake, shared } = self.hub.catalogs.intake(&caps, key, || {
+            let mut intake = caps::intake(tools, &caps, &self.hub.schemas);
+            if paged_out {
+                intake.dropped.push(DroppedTool {
+                    name: "*".into(),
+                    bytes: 0,
+                    reason: DropReason::TooManyPages,
+                    detail: None,
+                });
+            }
+            intake
+        });
+        if shared {
+            EdgeCounters::bump(&self.counters().catalogs_shared);
+        } else if intake.schemas_shared > 0 {
             let shared = u64::try_from(intake.schemas_shared).unwrap_or(u64::MAX);
             self.counters().schemas_shared.inc_by(shared);
-        }
-        if paged_out {
-            intake.dropped.push(DroppedTool {
-                name: "*".into(),
-                bytes: 0,
-                reason: DropReason::TooManyPages,
-                detail: None,
-            });
         }
         for drop in &intake.dropped {
             self.hub.metrics.drops.get_or_create(&[("reason", drop.reason.as_str())]).inc();
@@ -262,10 +269,7 @@ impl Session {
             fallback!(self.counters().descriptions_truncated; cut, warn, session = %self.id, seq, count = intake.descriptions_truncated, limit = caps.description_chars, "tool descriptions cut to the description cap");
         }
         let report = json!({"seq": seq, "kept": intake.tools.len(), "dropped": intake.dropped});
-        let empty = Identity::default();
-        let identity = self.handshake.get().map_or(&empty, |h| &h.identity);
-        let candidate =
-            AppliedManifest::new(&self.id, seq, intake, context, identity, declared).with_digest(digest);
+        let candidate = AppliedManifest::new(seq, intake, context, declared).with_digest(digest);
         let swap = self.manifest.offer(candidate);
         let mut applied = None;
         match swap {

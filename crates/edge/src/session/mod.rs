@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use tether_contract::backend::{RecentCall, SessionClosed, SessionOpened, SessionResumed};
+use tether_contract::backend::{Manifest, RecentCall, SessionClosed, SessionOpened, SessionResumed};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::method;
@@ -336,7 +336,13 @@ impl Session {
 
     /// The device's `serverInfo` (null before the handshake).
     pub fn server_info(&self) -> Value {
-        self.handshake.get().map(|h| h.identity.server_info.clone()).unwrap_or_default()
+        self.handshake.get().map(|h| h.identity.server_info()).unwrap_or_default()
+    }
+
+    /// The backend view of `applied`, a manifest of this session.
+    pub fn view(&self, applied: &AppliedManifest) -> Manifest {
+        let empty = Identity::default();
+        applied.view(&self.id, self.handshake.get().map_or(&empty, |h| &h.identity))
     }
 
     /// The applied manifest, once the first catalog read has landed.
@@ -441,6 +447,8 @@ impl Session {
                 }
             }
         }
+        // The handshake's requests are answered: an idle session holds no table for them.
+        self.calls.shrink_if_idle();
         // Listed first, then told: the device's "ready" means callable.
         if let Some(report) = report {
             self.send_notification(method::MANIFEST_APPLIED, &report);
@@ -480,10 +488,12 @@ pub async fn serve_client<S, W>(
             writer_session.leave(Exit::WriteFailed);
         }
     });
+    // The handshake runs beside the read loop in this task, boxed so that its
+    // state is freed once it is done rather than held for the session's life.
     let lifecycle_session = Arc::clone(&session);
     let lifecycle_span =
         tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let lifecycle = tokio::spawn(
+    let lifecycle = Box::pin(
         async move {
             let s = lifecycle_session;
             match Box::pin(s.initialize()).await {
@@ -507,20 +517,20 @@ pub async fn serve_client<S, W>(
     );
 
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
-    session.leave(exit);
-    // The writer sends the close frame; a device that stopped reading could
-    // hold it in a full socket for ever (and this connection's slot with it).
-    let mut writer = writer;
-    if tokio::time::timeout(CLOSE_WRITE_DEADLINE, &mut writer).await.is_err() {
-        writer.abort();
-        fallback!(hub.counters().close_writes_abandoned, info, session = %session.id, deadline_ms = ms(CLOSE_WRITE_DEADLINE), "device stopped reading: its close frame was not written in time; connection dropped");
-    }
-    // A detached session waits for its device without this connection: its
-    // principal's connection slot frees now, so the device can come back.
-    if session.phase() != Phase::Detached {
-        let _ = lifecycle.await;
-    }
+    let reading = async {
+        let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
+        session.leave(exit);
+        // The writer sends the close frame; a device that stopped reading could
+        // hold it in a full socket for ever (and this connection's slot with it).
+        let mut writer = writer;
+        if tokio::time::timeout(CLOSE_WRITE_DEADLINE, &mut writer).await.is_err() {
+            writer.abort();
+            fallback!(hub.counters().close_writes_abandoned, info, session = %session.id, deadline_ms = ms(CLOSE_WRITE_DEADLINE), "device stopped reading: its close frame was not written in time; connection dropped");
+        }
+    };
+    // Once the socket's part ends, the handshake (if still running) fails at
+    // once on the latch; a detached session's finished long before, in `open`.
+    tokio::join!(reading, lifecycle);
 }
 
 /// Claims the session a resume token names, wherever it is held; None (a
