@@ -76,7 +76,7 @@ async fn arguments_that_miss_the_input_schema_never_reach_the_device() {
 /// compiled schema is a few KiB, a parsed one ~600 bytes an object, so this
 /// is most of an idle session's cost). Each session's gate still refuses.
 #[tokio::test]
-async fn sessions_that_declare_the_same_schemas_share_one_compiled_copy() {
+async fn sessions_that_declare_the_same_catalog_share_one_intake_and_schemas_are_compiled_once() {
     let edge = LiveEdge::start().await;
     let (_first, _) = edge.device(DeviceSpec::fieldkit()).await;
     let distinct = edge.hub.schemas.len();

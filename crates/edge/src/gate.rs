@@ -69,10 +69,10 @@ impl SchemaCache {
         if let Some(validator) = self.table.get(text.as_str()) {
             return Ok(Compiled { validator, shared: true });
         }
-        // Compiled outside the lock: two sessions racing compile twice, harmlessly.
-        let validator = Arc::new(compile(schema)?);
-        self.table.insert(text, &validator);
-        Ok(Compiled { validator, shared: false })
+        // Compiled outside the lock: sessions racing compile more than once, and all keep the first one in.
+        let compiled = Arc::new(compile(schema)?);
+        let validator = self.table.get_or_insert(text, Arc::clone(&compiled));
+        Ok(Compiled { shared: !Arc::ptr_eq(&validator, &compiled), validator })
     }
 
     /// Distinct compiled schemas some manifest still holds.

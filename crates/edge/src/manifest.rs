@@ -28,13 +28,14 @@ pub struct AppliedManifest {
     /// The seq at which the content (tools, context) last changed: a seq
     /// that moves over the same catalog changes nothing a backend holds.
     pub content_seq: u64,
-    /// The caps applied to the declared catalog (shared, see [`crate::shared`]).
+    /// The intake made from the declared catalog under the caps (shared by
+    /// the sessions that declared the same one, see [`crate::shared`]).
     intake: Arc<Intake>,
     /// The device's context `{pointer, snapshot}`, when it sent one.
     context: Option<Arc<Value>>,
     /// A fingerprint of the catalog as the device declared it (and its
     /// context), to recognise a re-read that changed nothing without keeping
-    /// a second copy of the catalog per session.
+    /// the declared text.
     declared: Fingerprint,
     /// The device's own digest of that catalog, when it stamps one.
     digest: Option<Digest>,
@@ -71,9 +72,11 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Fingerprints a declared catalog (as its JSON `text`) and its context.
     pub fn of(text: &str, context: Option<&Value>) -> Fingerprint {
+        use std::hash::{Hash, Hasher};
         let context = context.map(Value::to_string).unwrap_or_default();
-        let joined = format!("{text}\n{context}");
-        Fingerprint { len: joined.len(), hash: hash_text(&joined) }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (text, context.as_str()).hash(&mut hasher);
+        Fingerprint { len: text.len() + context.len(), hash: hasher.finish() }
     }
 }
 
@@ -159,7 +162,8 @@ impl AppliedManifest {
 #[derive(Debug, Clone, Default)]
 pub struct Identity {
     /// `serverInfo` as JSON text: parsed, even `{"name", "version"}` is a
-    /// 600-byte B-tree node per session, for a field only inspection reads.
+    /// 600-byte B-tree node per session, for a field read once at the
+    /// handshake (the client profile) and then only by inspection.
     server_info: Option<Box<RawValue>>,
     /// Free-text concept model.
     pub instructions: Option<String>,

@@ -13,9 +13,12 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use tether_contract::backend::{DropReason, DroppedTool};
+use tether_contract::mcp::ToolDeclaration;
 use tether_contract::Caps;
 
 use crate::caps::Intake;
+use crate::gate::SchemaCache;
 
 /// Entries below which a table never sweeps.
 const SWEEP_FLOOR: usize = 64;
@@ -49,14 +52,19 @@ impl<K: Hash + Eq, V> WeakTable<K, V> {
         self.lock().by_key.get(key).and_then(Weak::upgrade)
     }
 
-    /// Shares `value` under `key` (replacing a dead or racing entry).
-    pub fn insert(&self, key: K, value: &Arc<V>) {
+    /// The live value under `key`, or `value` shared under it: sessions
+    /// racing to make the same value all end up holding the first one in.
+    pub fn get_or_insert(&self, key: K, value: Arc<V>) -> Arc<V> {
         let mut entries = self.lock();
-        entries.by_key.insert(key, Arc::downgrade(value));
+        if let Some(live) = entries.by_key.get(&key).and_then(Weak::upgrade) {
+            return live;
+        }
+        entries.by_key.insert(key, Arc::downgrade(&value));
         if entries.by_key.len() >= (entries.swept_at * 2).max(SWEEP_FLOOR) {
             entries.by_key.retain(|_, weak| weak.strong_count() > 0);
             entries.swept_at = entries.by_key.len();
         }
+        value
     }
 
     /// Distinct values some holder still keeps.
@@ -78,33 +86,55 @@ impl<K: Hash + Eq, V> WeakTable<K, V> {
 /// same caps: the intake is pure, so the same input always makes the same one.
 #[derive(Debug, Default)]
 pub struct CatalogCache {
-    /// Keyed by the caps and the declared catalog's text (not a hash of it: a
-    /// device must not be able to collide into another app's catalog).
-    table: WeakTable<(Caps, String), Intake>,
+    /// Keyed by a SHA-256 of the caps and the declared catalog's text: 32
+    /// bytes per catalog instead of its text, and collision-resistant, so a
+    /// device cannot craft a catalog that lands on another app's intake.
+    table: WeakTable<[u8; 32], Intake>,
 }
 
 /// An intake and whether another manifest already held it.
 #[derive(Debug)]
 pub struct SharedIntake {
-    /// The caps applied to the catalog.
+    /// The intake made from the catalog under the caps.
     pub intake: Arc<Intake>,
     /// True when it was already made (for another session or an earlier read).
     pub shared: bool,
 }
 
 impl CatalogCache {
-    /// The intake of the catalog whose JSON text is `text` under `caps`: the
-    /// one already in use, or `make()` now. `text` must say everything `make`
-    /// reads (the caller marks a catalog cut short by paging in it).
-    pub fn intake(&self, caps: &Caps, text: String, make: impl FnOnce() -> Intake) -> SharedIntake {
-        let key = (*caps, text);
-        if let Some(intake) = self.table.get(&key) {
+    /// The intake of `declared` (whose JSON text is `text`) under `caps`:
+    /// the one already in use, or made now with schemas from `schemas`. A
+    /// catalog `paged_out` (the device had more pages than the caps follow)
+    /// says so among its drops.
+    pub fn intake(
+        &self,
+        declared: Vec<ToolDeclaration>,
+        text: &str,
+        paged_out: bool,
+        caps: &Caps,
+        schemas: &SchemaCache,
+    ) -> SharedIntake {
+        let key = key(caps, paged_out, text);
+        if let Some(intake) = key.and_then(|k| self.table.get(&k)) {
             return SharedIntake { intake, shared: true };
         }
-        // Made outside the lock: two sessions racing make it twice, harmlessly.
-        let intake = Arc::new(make());
-        self.table.insert(key, &intake);
-        SharedIntake { intake, shared: false }
+        // Made outside the lock: sessions racing make it more than once, and
+        // all keep the first one in.
+        let mut intake = crate::caps::intake(declared, caps, schemas);
+        if paged_out {
+            intake.dropped.push(DroppedTool {
+                name: "*".into(),
+                bytes: 0,
+                reason: DropReason::TooManyPages,
+                detail: None,
+            });
+        }
+        let made = Arc::new(intake);
+        let intake = match key {
+            Some(key) => self.table.get_or_insert(key, Arc::clone(&made)),
+            None => Arc::clone(&made),
+        };
+        SharedIntake { shared: !Arc::ptr_eq(&intake, &made), intake }
     }
 
     /// Distinct catalogs some manifest still holds.
@@ -118,17 +148,25 @@ impl CatalogCache {
     }
 }
 
+/// The cache key of a catalog: None when the caps cannot be written (then
+/// the catalog is not shared, never shared under a wrong key).
+fn key(caps: &Caps, paged_out: bool, text: &str) -> Option<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let caps = serde_json::to_vec(caps).ok()?;
+    let mut hasher = Sha256::new();
+    hasher.update(caps);
+    hasher.update([u8::from(paged_out)]);
+    hasher.update(text.as_bytes());
+    Some(hasher.finalize().into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::SchemaCache;
     use serde_json::json;
-    use tether_contract::mcp::ToolDeclaration;
 
     fn intake(cache: &CatalogCache, tools: &[ToolDeclaration], text: &str, caps: &Caps) -> SharedIntake {
-        cache.intake(caps, text.to_owned(), || {
-            crate::caps::intake(tools.to_vec(), caps, &SchemaCache::default())
-        })
+        cache.intake(tools.to_vec(), text, false, caps, &SchemaCache::default())
     }
 
     fn catalog(names: &[&str]) -> (Vec<ToolDeclaration>, String) {
@@ -164,9 +202,13 @@ mod tests {
         let fourth = intake(&cache, &tools, &text, &tight);
         assert!(!fourth.shared, "other caps make another intake");
         assert_eq!(fourth.intake.tools.len(), 1);
-        assert_eq!(cache.len(), 3);
+        let paged = cache.intake(tools.clone(), &text, true, &caps, &SchemaCache::default());
+        assert!(!paged.shared, "a catalog cut short by paging is not the complete one");
+        assert!(paged.intake.dropped.iter().any(|d| d.reason == DropReason::TooManyPages));
+        assert!(first.intake.dropped.is_empty());
+        assert_eq!(cache.len(), 4);
 
-        drop((first, second, third, fourth));
+        drop((first, second, third, fourth, paged));
         assert!(cache.is_empty(), "nothing holds them any more");
         assert!(!intake(&cache, &tools, &text, &caps).shared, "made again once freed");
     }
@@ -175,13 +217,14 @@ mod tests {
     fn a_table_of_dead_entries_is_swept_as_it_grows() {
         let table: WeakTable<usize, usize> = WeakTable::default();
         for key in 0..1000 {
-            table.insert(key, &Arc::new(key));
+            table.get_or_insert(key, Arc::new(key));
         }
         let size = tether_rpc::lock(&table.entries).by_key.len();
         assert!(size < SWEEP_FLOOR, "dead entries were swept (left {size})");
-        let kept = Arc::new(7);
-        table.insert(1, &kept);
+        let kept = table.get_or_insert(1, Arc::new(7));
         assert_eq!(table.get(&1).as_deref(), Some(&7));
+        let racer = table.get_or_insert(1, Arc::new(8));
+        assert!(Arc::ptr_eq(&kept, &racer), "a racer gets the live value, not its own");
         assert_eq!(table.len(), 1);
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 use tracing::{debug, info, warn, Instrument};
 
-use tether_contract::backend::{DropReason, DroppedTool, ListChanged};
+use tether_contract::backend::ListChanged;
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, InitializeResult, ListToolsResult};
@@ -20,7 +20,6 @@ use tether_rpc::lock;
 
 use super::calls::RequestError;
 use super::{Handshake, Session};
-use crate::caps;
 use crate::counters::EdgeCounters;
 use crate::hub::BackendEvent;
 use crate::manifest::{AppliedManifest, Digest, Fingerprint, Identity, Swap};
@@ -241,19 +240,8 @@ impl Session {
             return Ok((swap, report));
         }
         // Sessions that declared this catalog under these caps share one intake.
-        let key = if paged_out { format!("{text}\n(cut short by paging)") } else { text };
-        let SharedIntake { intake, shared } = self.hub.catalogs.intake(&caps, key, || {
-            let mut intake = caps::intake(tools, &caps, &self.hub.schemas);
-            if paged_out {
-                intake.dropped.push(DroppedTool {
-                    name: "*".into(),
-                    bytes: 0,
-                    reason: DropReason::TooManyPages,
-                    detail: None,
-                });
-            }
-            intake
-        });
+        let SharedIntake { intake, shared } =
+            self.hub.catalogs.intake(tools, &text, paged_out, &caps, &self.hub.schemas);
         if shared {
             EdgeCounters::bump(&self.counters().catalogs_shared);
         } else if intake.schemas_shared > 0 {

@@ -493,28 +493,35 @@ pub async fn serve_client<S, W>(
     let lifecycle_session = Arc::clone(&session);
     let lifecycle_span =
         tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let lifecycle = Box::pin(
-        async move {
-            let s = lifecycle_session;
-            match Box::pin(s.initialize()).await {
-                Ok(report) => {
-                    // Reachable from every edge before anyone is told it is ready.
-                    if let Err(e) = s.hub.router().hold(&s.hub, &s).await {
-                        warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
-                    }
-                    s.open(report);
-                    // A change announced during the handshake is read now.
-                    s.start_refresher();
+    let handshake = async move {
+        let s = lifecycle_session;
+        match Box::pin(s.initialize()).await {
+            Ok(report) => {
+                // Reachable from every edge before anyone is told it is ready.
+                if let Err(e) = s.hub.router().hold(&s.hub, &s).await {
+                    warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
                 }
-                Err(_) if s.is_closed() => {}
-                Err(e) => {
-                    fallback!(s.counters().sessions_failed_init, warn, session = %s.id, error = %e, "device handshake failed");
-                    s.end(Exit::HandshakeFailed);
-                }
+                s.open(report);
+                // A change announced during the handshake is read now.
+                s.start_refresher();
+            }
+            Err(_) if s.is_closed() => {}
+            Err(e) => {
+                fallback!(s.counters().sessions_failed_init, warn, session = %s.id, error = %e, "device handshake failed");
+                s.end(Exit::HandshakeFailed);
             }
         }
-        .instrument(lifecycle_span),
-    );
+    }
+    .instrument(lifecycle_span);
+    // A panic in the handshake (a device's catalog tripping a bug) ends this
+    // session only, as it did when the handshake had a task of its own.
+    let panicked = Arc::clone(&session);
+    let lifecycle = Box::pin(async move {
+        if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handshake)).await.is_err() {
+            fallback!(panicked.counters().sessions_failed_init, error, session = %panicked.id, "device handshake panicked; session closed");
+            panicked.end(Exit::HandshakeFailed);
+        }
+    });
 
     let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
     let reading = async {
@@ -528,8 +535,9 @@ pub async fn serve_client<S, W>(
             fallback!(hub.counters().close_writes_abandoned, info, session = %session.id, deadline_ms = ms(CLOSE_WRITE_DEADLINE), "device stopped reading: its close frame was not written in time; connection dropped");
         }
     };
-    // Once the socket's part ends, the handshake (if still running) fails at
-    // once on the latch; a detached session's finished long before, in `open`.
+    // Once the socket's part ends, a handshake still waiting on the device
+    // fails on the latch, as it did with a task of its own; a detached
+    // session's finished long before, in `open`.
     tokio::join!(reading, lifecycle);
 }
 

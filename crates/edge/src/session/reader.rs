@@ -78,7 +78,8 @@ where
             _ = session.socket_done.cancelled() => return Exit::Latched,
             _ = tokio::time::sleep_until(check_at) => {
                 let now = Instant::now();
-                // A quiet moment: the call table gives back what a burst grew it to.
+                // Every ping interval: a call table with nothing waiting gives
+                // back what a burst grew it to.
                 session.calls.shrink_if_idle();
                 if expires_at.is_some_and(|e| now >= e) {
                     fallback!(session.counters().credentials_expired, info, session = %session.id, "device credential expired; closing");
