@@ -249,17 +249,17 @@ impl Router for Local {
         owner: &'a str,
         progress: Option<ProgressRelay>,
     ) -> Routed<'a, CallResponse> {
-        Box::pin(async move {
-            let s = Local::session(hub, &params.session)?;
-            if s.principal != owner {
-                fallback!(hub.counters().calls_forbidden, debug, session = %s.id, "call refused: the turn's user does not own this session");
-                return Err(WireError::new(
-                    ErrorKind::Forbidden,
-                    "the turn's user does not own this session",
-                )
-                .with("session", s.id.as_str()));
-            }
-            s.call_tool(params, progress).await
-        })
+        let s = match Local::session(hub, &params.session) {
+            Ok(s) => s,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        if s.principal != owner {
+            fallback!(hub.counters().calls_forbidden, debug, session = %s.id, "call refused: the turn's user does not own this session");
+            let refused = WireError::new(ErrorKind::Forbidden, "the turn's user does not own this session")
+                .with("session", s.id.as_str());
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        // The call's own future, boxed as it is: no wrapper holding a second copy of the params.
+        Box::pin(s.call_tool(params, progress))
     }
 }

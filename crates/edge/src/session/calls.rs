@@ -2,6 +2,7 @@
 //! `tools/call` with its gates and caps, progress relayed to the backend that
 //! asked, and the recent calls `sessions/inspect` shows.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -162,17 +163,23 @@ impl Session {
     }
 
     /// Runs one backend `tools/call` against the device, and remembers it for inspection.
+    ///
+    /// Owns its session so the router can box this future as it is: each
+    /// wrapper would keep its own copy of the params, and a boxed call of
+    /// more than 1 KiB leaves glibc's per-thread cache for its locked arenas
+    /// (a profile showed that on every call).
     pub async fn call_tool(
-        &self,
+        self: Arc<Self>,
         params: CallParams,
         progress: Option<ProgressRelay>,
     ) -> Result<CallResponse, WireError> {
         // A call the backend cancels is dropped mid-flight; the guard still remembers it.
         let mut remembered =
-            Remembered { session: self, tool: Some(params.name.clone()), started: Instant::now() };
+            Remembered { session: &self, tool: Some(params.name.clone()), started: Instant::now() };
         let span =
             tracing::info_span!("call", session = %self.id, principal = %self.principal, tool = %params.name);
-        let outcome = self.call_tool_inner(params, progress).instrument(span).await;
+        // Boxed apart: each half stays under 1 KiB, which glibc serves from its per-thread cache.
+        let outcome = Box::pin(self.call_tool_inner(&params, progress).instrument(span)).await;
         remembered.finish(outcome.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"));
         outcome
     }
@@ -213,11 +220,12 @@ impl Session {
 
     async fn call_tool_inner(
         &self,
-        params: CallParams,
+        params: &CallParams,
         progress: Option<ProgressRelay>,
     ) -> Result<CallResponse, WireError> {
-        let budgets = self.hub.config.budgets;
-        let caps = self.caps();
+        // Only what the call reads, not copies of the budget and cap tables: this state is in every call.
+        let tool_call = self.hub.config.budgets.tool_call;
+        let result_cap = self.caps().result_bytes;
         let Some(applied) = self.manifest.current() else {
             return Err(WireError::new(ErrorKind::ToolUnavailable, "session has no manifest yet")
                 .with("available", Vec::<String>::new()));
@@ -225,11 +233,9 @@ impl Session {
         if let Some(reason) = self.calls.closed() {
             if reason == Exit::Resumed.as_str() && params.meta.idempotency_key.is_some() {
                 // Reached this socket just after the session moved to a new one: follow it.
-                let leg = params
-                    .meta
-                    .budget_ms
-                    .map_or(budgets.tool_call, |b| Duration::from_millis(b).min(budgets.tool_call));
-                return self.follow_resumed(params, progress, leg).await;
+                let leg =
+                    params.meta.budget_ms.map_or(tool_call, |b| Duration::from_millis(b).min(tool_call));
+                return Box::pin(self.follow_resumed(params.clone(), progress, leg)).await;
             }
             fallback!(self.counters().calls_channel_closed, debug, session = %self.id, tool = %params.name, reason, "call refused: the session has closed");
             return Err(WireError::channel_closed(&reason));
@@ -246,11 +252,7 @@ impl Session {
             fallback!(self.counters().arguments_refused, warn, session = %self.id, tool = %params.name, error = %refused.message, "call refused at the edge: arguments do not match the input schema; nothing sent");
             return Err(refused);
         }
-        let leg = params
-            .meta
-            .budget_ms
-            .map(|b| Duration::from_millis(b).min(budgets.tool_call))
-            .unwrap_or(budgets.tool_call);
+        let leg = params.meta.budget_ms.map(|b| Duration::from_millis(b).min(tool_call)).unwrap_or(tool_call);
         let mut call_meta = self.request_meta();
         call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
         if let Some(key) = &params.meta.idempotency_key {
@@ -275,7 +277,8 @@ impl Session {
                 // The device resumed on a new socket (here or on another edge):
                 // the call follows it there, within what is left of its leg.
                 drop(_progress);
-                return self.follow_resumed(params, relay, leg.saturating_sub(started.elapsed())).await;
+                let left = leg.saturating_sub(started.elapsed());
+                return Box::pin(self.follow_resumed(params.clone(), relay, left)).await;
             }
             Err(RequestError::Timeout { id }) => {
                 cancel_on_device(self, id, &format!("tether edge stopped waiting after {} ms", ms(leg)));
@@ -288,15 +291,15 @@ impl Session {
             }
             Err(e) => return Err(self.request_error(e, Leg::ToolCall, leg)),
         };
-        if bytes > caps.result_bytes {
-            fallback!(self.counters().results_too_large, warn, session = %self.id, tool = %params.name, bytes, limit = caps.result_bytes, "tool result over the result cap refused");
+        if bytes > result_cap {
+            fallback!(self.counters().results_too_large, warn, session = %self.id, tool = %params.name, bytes, limit = result_cap, "tool result over the result cap refused");
             return Err(WireError::new(
                 ErrorKind::PayloadTooLarge,
-                format!("tool result of {bytes} bytes exceeds the {} byte cap", caps.result_bytes),
+                format!("tool result of {bytes} bytes exceeds the {} byte cap", result_cap),
             )
             .with("direction", "response")
             .with("bytes", bytes)
-            .with("limit", caps.result_bytes));
+            .with("limit", result_cap));
         }
         if crate::revision::input_required(&value) {
             return Err(WireError::new(
@@ -314,7 +317,8 @@ impl Session {
         let moved = response.result.seq().filter(|s| *s > applied.seq);
         if moved.is_some_and(|seq| !self.restamp(seq, response.result.digest().map(Digest::of))) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
-            if let Err(e) = self.read_catalog(budgets.reread).await {
+            // Boxed: the rare path, kept out of every call's state.
+            if let Err(e) = Box::pin(self.read_catalog(self.hub.config.budgets.reread)).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
                 response.manifest_stale = true;
             }
