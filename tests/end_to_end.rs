@@ -234,11 +234,18 @@ async fn malformed_json_gets_a_structured_error_and_the_session_survives() {
     assert_eq!(pong, json!({"jsonrpc":"2.0","id":"p","result":{}}));
 }
 
-#[tokio::test]
-async fn an_oversized_result_is_payload_too_large_never_truncated() {
-    let edge = LiveEdge::start().await;
-    let mut ws = raw_device(&edge).await;
-    // Hand-driven device: initialize, one tool, then an oversized answer.
+/// Hand-drives a device with one tool, `dump`, through its handshake; then
+/// a backend calls it under `meta` and the device answers with `answer(id)`.
+/// Returns the device's socket and the backend's outcome.
+async fn one_hand_answered_call(
+    edge: &LiveEdge,
+    meta: CallMeta,
+    answer: impl Fn(&Value) -> String,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    Result<tether_contract::backend::CallResponse, tether_contract::WireError>,
+) {
+    let mut ws = raw_device(edge).await;
     let init: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
     let session = init["params"]["_meta"]["tether.dev/session"].as_str().unwrap().to_owned();
     ws.send(Message::text(json!({"jsonrpc":"2.0","id":init["id"],"result":{"protocolVersion":"2025-11-25","serverInfo":{"name":"d"},"capabilities":{}}}).to_string())).await.unwrap();
@@ -249,29 +256,54 @@ async fn an_oversized_result_is_payload_too_large_never_truncated() {
 
     let link = edge.backend().await;
     let call = tokio::spawn(async move {
-        let params = CallParams {
-            session,
-            name: "client__dump".into(),
-            arguments: json!({}),
-            meta: CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() },
-        };
+        let params = CallParams { session, name: "client__dump".into(), arguments: json!({}), meta };
         link.call(params, Duration::from_secs(12)).await
     });
     loop {
         let frame: Value =
             serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
         if frame["method"] == json!("tools/call") {
-            let text = "y".repeat(13_000);
-            let answer =
-                json!({"jsonrpc":"2.0","id":frame["id"],"result":{"content":[{"type":"text","text":text}]}});
-            ws.send(Message::text(answer.to_string())).await.unwrap();
+            ws.send(Message::text(answer(&frame["id"]))).await.unwrap();
             break;
         }
     }
-    let err = call.await.unwrap().unwrap_err();
+    (ws, call.await.unwrap())
+}
+
+#[tokio::test]
+async fn an_oversized_result_is_payload_too_large_never_truncated() {
+    let edge = LiveEdge::start().await;
+    let meta = CallMeta { credential: Some(common::user("mira")), ..CallMeta::default() };
+    let (_ws, outcome) = one_hand_answered_call(&edge, meta, |id| {
+        let text = "y".repeat(13_000);
+        json!({"jsonrpc":"2.0","id":id,"result":{"content":[{"type":"text","text":text}]}}).to_string()
+    })
+    .await;
+    let err = outcome.unwrap_err();
     assert_eq!(err.kind, ErrorKind::PayloadTooLarge);
     assert_eq!(err.detail("limit"), Some(&json!(12_288)));
     assert_eq!(edge.hub.counters().get("results_too_large"), 1);
+}
+
+/// A result is forwarded as the device wrote it, never parsed into a tree;
+/// one nested past the parser's depth limit is still refused at the edge, as
+/// a parse error to the device, and never reaches the backend.
+#[tokio::test]
+async fn a_result_nested_past_the_depth_limit_is_refused_at_the_edge_not_forwarded() {
+    let edge = LiveEdge::start().await;
+    let meta =
+        CallMeta { credential: Some(common::user("mira")), budget_ms: Some(300), ..CallMeta::default() };
+    let (mut ws, outcome) = one_hand_answered_call(&edge, meta, |id| {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"structuredContent":{deep}}}}}"#)
+    })
+    .await;
+    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+    let reply = reply.expect("the device is told its answer was refused").unwrap().unwrap();
+    let reply: Value = serde_json::from_str(reply.to_text().unwrap()).unwrap();
+    assert_eq!(reply["error"]["data"]["kind"], json!("parse_error"), "{reply}");
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "the answer was refused, so the call's leg ran out: {err:?}");
 }
 
 #[tokio::test]

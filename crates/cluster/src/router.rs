@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use tether_contract::backend::{CallParams, CallResponse, Manifest, SessionInfo, SessionInspect, TurnBegun};
 use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::mcp::RawCallResult;
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
@@ -240,7 +241,7 @@ impl ClusterRouter {
         mut params: CallParams,
         owner: &str,
         progress: Option<ProgressRelay>,
-    ) -> Result<CallResponse, WireError> {
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
         let session = params.session.clone();
         if !is_session_token(&session) {
             return Err(Self::absent(hub, &session));
@@ -456,7 +457,7 @@ impl Router for ClusterRouter {
         params: CallParams,
         owner: &'a str,
         progress: Option<ProgressRelay>,
-    ) -> Routed<'a, CallResponse> {
+    ) -> Routed<'a, CallResponse<RawCallResult>> {
         if hub.session(&params.session).is_some() {
             return Local.call(hub, params, owner, progress);
         }

@@ -224,11 +224,12 @@ pub struct CallParams {
     pub meta: CallMeta,
 }
 
-/// Result of a backend `tools/call`.
+/// Result of a backend `tools/call`: typed for a backend that reads it, raw
+/// ([`crate::mcp::RawCallResult`]) on the edge that forwards it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallResponse {
+pub struct CallResponse<R = CallToolResult> {
     /// The device's result, unchanged but for size checks.
-    pub result: CallToolResult,
+    pub result: R,
     /// The fresh manifest when this call moved it (or the caller's was stale).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<Manifest>,

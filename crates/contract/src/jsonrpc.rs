@@ -76,6 +76,39 @@ fn valid_id(id: &Value) -> bool {
     matches!(id, Value::String(_)) || id.as_i64().is_some() || id.as_u64().is_some()
 }
 
+/// Deepest nesting [`parse`] accepts: serde_json refuses a tree 128 deep.
+pub const MAX_DEPTH: usize = 127;
+
+/// Whether `json` (valid JSON text, such as a `RawValue`'s) nests no deeper
+/// than [`MAX_DEPTH`]: text kept raw skips serde_json's recursion limit, and
+/// must not carry past the edge what [`parse`] would have refused.
+pub fn within_depth(json: &str) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for b in json.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Classifies one text frame.
 pub fn parse(text: &str) -> Result<Frame, FrameError> {
     let value: Value = serde_json::from_str(text).map_err(|e| FrameError::Parse(e.to_string()))?;
@@ -231,6 +264,22 @@ pub fn error_response(id: &Value, error: &WireError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_depth_check_refuses_what_a_tree_parse_refuses_and_no_more() {
+        for n in 120..=136 {
+            let nested = format!("{}{}", "[".repeat(n), "]".repeat(n));
+            let objects = format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+            for text in [nested, objects] {
+                let tree = serde_json::from_str::<Value>(&text).is_ok();
+                assert_eq!(within_depth(&text), tree, "depth {n}");
+            }
+        }
+        // Brackets inside strings, escaped quotes and backslashes are not nesting.
+        let strings = format!(r#"{{"s":"{}","t":"\"[[","u":"\\"}}"#, "[{".repeat(500));
+        assert!(serde_json::from_str::<Value>(&strings).is_ok());
+        assert!(within_depth(&strings));
+    }
     use serde_json::json;
 
     #[test]

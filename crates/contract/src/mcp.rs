@@ -5,6 +5,7 @@
 //! tether's additions ride in `_meta` under the `tether.dev/` prefix.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Method names on the client link.
@@ -159,6 +160,120 @@ pub fn digest_of(meta: Option<&Map<String, Value>>) -> Option<&str> {
     meta.and_then(|m| m.get(meta::DIGEST)).and_then(Value::as_str)
 }
 
+/// A device's `CallToolResult` as the JSON it sent. The edge checks its
+/// shape and reads its stamps, then forwards the text as it came: no tree is
+/// built for it, on the thread that reads the device, only to be serialized
+/// again on the one that answers the backend.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawCallResult(Box<RawValue>);
+
+/// What the edge reads from a raw result: the stamps beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResultStamps {
+    /// `_meta["tether.dev/seq"]`, when a non-negative integer.
+    pub seq: Option<u64>,
+    /// `_meta["tether.dev/digest"]`, when a string.
+    pub digest: Option<String>,
+}
+
+/// Why a raw result was not forwarded.
+#[derive(Debug, thiserror::Error)]
+pub enum RawResultError {
+    /// The device asked for more input (`resultType: input_required`), which a
+    /// tool call cannot supply.
+    #[error("the result asks for more input")]
+    InputRequired,
+    /// Not a `CallToolResult` (as [`CallToolResult`] parses one).
+    #[error("{0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+impl RawCallResult {
+    /// Checks that `raw` parses as a [`CallToolResult`] would (without
+    /// building one) and is not an `input_required` answer; returns it with
+    /// its stamps.
+    pub fn read(raw: Box<RawValue>) -> Result<(RawCallResult, ResultStamps), RawResultError> {
+        use serde::de::IgnoredAny;
+        /// `_meta`'s stamps; any other key is the device's business. Only an
+        /// object is `_meta` (as the typed map requires), never an array.
+        #[derive(Default)]
+        struct Stamps {
+            seq: Option<Value>,
+            digest: Option<Value>,
+        }
+        impl<'de> Deserialize<'de> for Stamps {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Stamps, D::Error> {
+                struct Visit;
+                impl<'de> serde::de::Visitor<'de> for Visit {
+                    type Value = Stamps;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a _meta object")
+                    }
+                    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Stamps, M::Error> {
+                        let mut stamps = Stamps::default();
+                        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                            match key.as_ref() {
+                                meta::SEQ => stamps.seq = Some(map.next_value()?),
+                                meta::DIGEST => stamps.digest = Some(map.next_value()?),
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(stamps)
+                    }
+                }
+                d.deserialize_map(Visit)
+            }
+        }
+        /// The shape [`CallToolResult`] accepts, read without keeping it.
+        #[derive(Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            #[allow(dead_code)]
+            content: Vec<IgnoredAny>,
+            #[serde(default, rename = "structuredContent")]
+            #[allow(dead_code)]
+            structured_content: Option<IgnoredAny>,
+            #[serde(default, rename = "isError")]
+            #[allow(dead_code)]
+            is_error: bool,
+            #[serde(default, rename = "_meta")]
+            meta: Option<Stamps>,
+            #[serde(default, rename = "resultType")]
+            result_type: Option<Value>,
+        }
+        /// Only `resultType`, for a result of another shape.
+        #[derive(Deserialize)]
+        struct Kind {
+            #[serde(default, rename = "resultType")]
+            result_type: Option<Value>,
+        }
+        let asks_input = |kind: Option<&Value>| kind.and_then(Value::as_str) == Some("input_required");
+        let shape: Shape = match serde_json::from_str(raw.get()) {
+            Ok(shape) => shape,
+            Err(e) => {
+                let kind = serde_json::from_str::<Kind>(raw.get()).ok().and_then(|k| k.result_type);
+                return Err(if asks_input(kind.as_ref()) { RawResultError::InputRequired } else { e.into() });
+            }
+        };
+        if asks_input(shape.result_type.as_ref()) {
+            return Err(RawResultError::InputRequired);
+        }
+        let stamps = shape.meta.map_or_else(ResultStamps::default, |m| ResultStamps {
+            seq: m.seq.as_ref().and_then(Value::as_u64),
+            digest: m.digest.as_ref().and_then(Value::as_str).map(str::to_owned),
+        });
+        Ok((RawCallResult(raw), stamps))
+    }
+
+    /// The result's JSON text, as the device sent it.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
 impl CallToolResult {
     /// The seq the device stamped on this result, if any.
     pub fn seq(&self) -> Option<u64> {
@@ -173,5 +288,49 @@ impl CallToolResult {
     /// The first text block, for error messages and logs.
     pub fn first_text(&self) -> Option<&str> {
         self.content.iter().find_map(|c| c.get("text").and_then(Value::as_str))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<(RawCallResult, ResultStamps), RawResultError> {
+        let raw = RawValue::from_string(text.to_owned()).unwrap_or_else(|e| panic!("{text}: {e}"));
+        RawCallResult::read(raw)
+    }
+
+    /// The raw read accepts and stamps exactly what the typed one does.
+    #[test]
+    fn a_raw_result_reads_as_the_typed_one_and_is_forwarded_as_sent() {
+        let cases = [
+            r#"{"content":[{"type":"text","text":"ok"}],"_meta":{"tether.dev/seq":7,"tether.dev/digest":"d1"}}"#,
+            r#"{"content":[],"isError":true,"structuredContent":{"code":"busy"}}"#,
+            r#"{"_meta":{"tether.dev/seq":"7","other":1}}"#,
+            r#"{"content":[1,"two",{"three":3}],"extra":{"kept":true}}"#,
+            r#"{}"#,
+        ];
+        for text in cases {
+            let typed: CallToolResult = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let (raw, stamps) = read(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(raw.get(), text, "forwarded as it came");
+            assert_eq!(stamps.seq, typed.seq(), "{text}");
+            assert_eq!(stamps.digest.as_deref(), typed.digest(), "{text}");
+        }
+        for bad in [r#"{"content":"text"}"#, r#"{"isError":"yes"}"#, r#"{"_meta":[]}"#, r#"3"#] {
+            assert!(serde_json::from_str::<CallToolResult>(bad).is_err(), "{bad} is refused typed");
+            assert!(matches!(read(bad), Err(RawResultError::Malformed(_))), "{bad} is refused raw");
+        }
+        for asks in [
+            r#"{"resultType":"input_required","content":[]}"#,
+            r#"{"resultType":"input_required","content":7}"#,
+        ] {
+            assert!(matches!(read(asks), Err(RawResultError::InputRequired)), "{asks}");
+        }
+        let stamped = format!(r#"{{"_meta":{{"{}":3,"{}":"x"}}}}"#, meta::SEQ, meta::DIGEST);
+        assert_eq!(
+            read(&stamped).ok().map(|r| r.1),
+            Some(ResultStamps { seq: Some(3), digest: Some("x".into()) })
+        );
     }
 }

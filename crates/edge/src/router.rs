@@ -15,6 +15,7 @@ use tether_contract::backend::{
     CallParams, CallResponse, Manifest, ReaderInfo, SessionInfo, SessionInspect, TurnBegun,
 };
 use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::mcp::RawCallResult;
 use tether_counters::fallback;
 use tracing::info;
 
@@ -95,7 +96,7 @@ pub trait Router: std::fmt::Debug + Send + Sync {
         params: CallParams,
         owner: &'a str,
         progress: Option<ProgressRelay>,
-    ) -> Routed<'a, CallResponse>;
+    ) -> Routed<'a, CallResponse<RawCallResult>>;
 
     /// Hands the session `session` over to a device reconnecting with its
     /// resume token (`secret`, checked with `principal`, once only), wherever
@@ -248,7 +249,7 @@ impl Router for Local {
         params: CallParams,
         owner: &'a str,
         progress: Option<ProgressRelay>,
-    ) -> Routed<'a, CallResponse> {
+    ) -> Routed<'a, CallResponse<RawCallResult>> {
         let s = match Local::session(hub, &params.session) {
             Ok(s) => s,
             Err(e) => return Box::pin(std::future::ready(Err(e))),

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -13,7 +14,7 @@ use tracing::{debug, info, Instrument};
 use tether_contract::backend::{CallParams, CallResponse, NamePair, Progress, RecentCall, SessionInspect};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
-use tether_contract::mcp::{self, meta, method, CallToolResult};
+use tether_contract::mcp::{self, meta, method, RawCallResult, RawResultError};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
@@ -29,10 +30,12 @@ const RECENT_CALLS: usize = 32;
 /// Longest progress message relayed, in characters: a status line, not a payload.
 const PROGRESS_MESSAGE_CHARS: usize = 256;
 
-/// What the reader hands a waiting request.
+/// What the reader hands a waiting request: a result as the JSON text the
+/// device sent (parsed by whoever needs it, into the type it needs), or the
+/// device's error.
 #[derive(Debug)]
 pub(super) enum Answer {
-    Result { value: Value, bytes: usize },
+    Result { raw: Box<RawValue>, bytes: usize },
     Error(Value),
 }
 
@@ -110,7 +113,7 @@ impl Session {
         leg: Duration,
         tool: &str,
         keyed: bool,
-    ) -> Result<(Value, usize), RequestError> {
+    ) -> Result<(Box<RawValue>, usize), RequestError> {
         let deadline = Instant::now() + leg;
         let request =
             self.calls.open(Late { tool: tool.to_owned(), deadline, keyed }).map_err(RequestError::Closed)?;
@@ -139,7 +142,7 @@ impl Session {
             cancel_on_device(self, id, "the caller cancelled this call");
         };
         match request.wait_until(deadline, abandoned).await {
-            Outcome::Answered(Answer::Result { value, bytes }) => Ok((value, bytes)),
+            Outcome::Answered(Answer::Result { raw, bytes }) => Ok((raw, bytes)),
             Outcome::Answered(Answer::Error(e)) => Err(RequestError::Remote(e)),
             Outcome::Closed(reason) => Err(RequestError::Closed(reason)),
             Outcome::TimedOut => Err(RequestError::Timeout { id }),
@@ -172,7 +175,7 @@ impl Session {
         self: Arc<Self>,
         params: CallParams,
         progress: Option<ProgressRelay>,
-    ) -> Result<CallResponse, WireError> {
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
         // A call the backend cancels is dropped mid-flight; the guard still remembers it.
         let mut remembered =
             Remembered { session: &self, tool: Some(params.name.clone()), started: Instant::now() };
@@ -222,7 +225,7 @@ impl Session {
         &self,
         params: &CallParams,
         progress: Option<ProgressRelay>,
-    ) -> Result<CallResponse, WireError> {
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
         // Only what the call reads, not copies of the budget and cap tables: this state is in every call.
         let tool_call = self.hub.config.budgets.tool_call;
         let result_cap = self.caps().result_bytes;
@@ -271,7 +274,7 @@ impl Session {
         let keyed = params.meta.idempotency_key.is_some();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original, keyed).await;
         self.observe_leg(Leg::ToolCall, started);
-        let (value, bytes) = match outcome {
+        let (raw, bytes) = match outcome {
             Ok(ok) => ok,
             Err(RequestError::Closed(reason)) if keyed && reason == Exit::Resumed.as_str() => {
                 // The device resumed on a new socket (here or on another edge):
@@ -301,21 +304,22 @@ impl Session {
             .with("bytes", bytes)
             .with("limit", result_cap));
         }
-        if crate::revision::input_required(&value) {
-            return Err(WireError::new(
+        // Checked and read without a tree; forwarded as the device wrote it.
+        let (result, stamps) = RawCallResult::read(raw).map_err(|e| match e {
+            RawResultError::InputRequired => WireError::new(
                 ErrorKind::ClientError,
                 "the device asked for more input (input_required), which a tool call through the edge cannot supply",
             )
-            .with("device_code", "input_required"));
-        }
-        let result: CallToolResult = serde_json::from_value(value).map_err(|e| {
-            WireError::new(ErrorKind::ClientError, format!("device sent a malformed CallToolResult: {e}"))
+            .with("device_code", "input_required"),
+            RawResultError::Malformed(e) => {
+                WireError::new(ErrorKind::ClientError, format!("device sent a malformed CallToolResult: {e}"))
+            }
         })?;
         debug!(session = %self.id, tool = %params.name, elapsed_ms = ms(started.elapsed()), "call answered");
 
         let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
-        let moved = response.result.seq().filter(|s| *s > applied.seq);
-        if moved.is_some_and(|seq| !self.restamp(seq, response.result.digest().map(Digest::of))) {
+        let moved = stamps.seq.filter(|s| *s > applied.seq);
+        if moved.is_some_and(|seq| !self.restamp(seq, stamps.digest.as_deref().map(Digest::of))) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             // Boxed: the rare path, kept out of every call's state.
             if let Err(e) = Box::pin(self.read_catalog(self.hub.config.budgets.reread)).await {
@@ -343,7 +347,7 @@ impl Session {
         mut params: CallParams,
         progress: Option<ProgressRelay>,
         left: Duration,
-    ) -> Result<CallResponse, WireError> {
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
         if left.is_zero() {
             return Err(WireError::timeout(Leg::ToolCall, 0));
         }

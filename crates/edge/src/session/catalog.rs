@@ -67,8 +67,8 @@ impl Session {
             "clientInfo": {"name": "tether-edge", "version": env!("CARGO_PKG_VERSION")},
             "_meta": self.identity_meta(Map::new()),
         });
-        let (value, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE, false).await?;
-        let init: InitializeResult = serde_json::from_value(value).map_err(|e| {
+        let (raw, _) = self.request(method::INITIALIZE, params, budget, method::INITIALIZE, false).await?;
+        let init: InitializeResult = serde_json::from_str(raw.get()).map_err(|e| {
             RequestError::Malformed(format!("device sent a malformed initialize result: {e}"))
         })?;
         self.claimed_session(init.meta.as_ref());
@@ -81,10 +81,12 @@ impl Session {
     async fn discover(&self, budget: Duration) -> Result<Identity, WireError> {
         let meta = self.identity_meta(crate::revision::envelope());
         let discover = crate::revision::method::SERVER_DISCOVER;
-        let (value, _) = self
+        let (raw, _) = self
             .request(discover, json!({ "_meta": meta }), budget, discover, false)
             .await
             .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
+        let value: Value = serde_json::from_str(raw.get())
+            .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
         let found = crate::revision::read_discover(&value)
             .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
         self.claimed_session(value.get("_meta").and_then(Value::as_object));
@@ -191,11 +193,11 @@ impl Session {
             }
             let params = Value::Object(params);
             let left = deadline.saturating_duration_since(Instant::now());
-            let (value, _) = self
+            let (raw, _) = self
                 .request(method::TOOLS_LIST, params, left, method::TOOLS_LIST, false)
                 .await
                 .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
-            let page: ListToolsResult = serde_json::from_value(value).map_err(|e| {
+            let page: ListToolsResult = serde_json::from_str(raw.get()).map_err(|e| {
                 WireError::new(
                     ErrorKind::ClientError,
                     format!("device sent a malformed tools/list result: {e}"),

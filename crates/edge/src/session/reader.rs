@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -147,13 +148,40 @@ where
 /// A text frame that was not a JSON-RPC frame; the device got its structured error.
 struct Malformed;
 
+/// The frame a device sends most: a success response, read with its result
+/// left as text. Anything else (an error, a request, a stray field, another
+/// version) goes the general way, [`jsonrpc::parse`], with its checks.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Success<'a> {
+    jsonrpc: &'a str,
+    id: Value,
+    #[serde(borrow)]
+    result: &'a RawValue,
+}
+
 impl Session {
     /// Handles one text frame.
     fn on_text(self: &Arc<Self>, text: &str) -> Result<(), Malformed> {
+        // Raw text skips serde_json's depth limit: a deeper frame goes the
+        // general way, which refuses it as it always did.
+        if let Ok(Success { jsonrpc: jsonrpc::VERSION, id, result }) =
+            serde_json::from_str::<Success<'_>>(text)
+        {
+            if jsonrpc::within_depth(text) {
+                self.complete(&id, Answer::Result { raw: result.to_owned(), bytes: text.len() });
+                return Ok(());
+            }
+        }
         match jsonrpc::parse(text) {
             Ok(Frame::Response { id, outcome }) => {
                 let answer = match outcome {
-                    Ok(value) => Answer::Result { value, bytes: text.len() },
+                    Ok(value) => match serde_json::value::to_raw_value(&value) {
+                        Ok(raw) => Answer::Result { raw, bytes: text.len() },
+                        Err(e) => Answer::Error(
+                            json!({"code": -32603, "message": format!("result could not be kept: {e}")}),
+                        ),
+                    },
                     Err(error) => Answer::Error(error),
                 };
                 self.complete(&id, answer);
