@@ -264,6 +264,7 @@ pub fn error_response(id: &Value, error: &WireError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_depth_check_refuses_what_a_tree_parse_refuses_and_no_more() {
@@ -280,7 +281,6 @@ mod tests {
         assert!(serde_json::from_str::<Value>(&strings).is_ok());
         assert!(within_depth(&strings));
     }
-    use serde_json::json;
 
     #[test]
     fn serialized_frames_are_what_the_parser_reads() {

@@ -4,6 +4,7 @@
 //! `tools/call`, `notifications/cancelled`); the device is the MCP *server*.
 //! tether's additions ride in `_meta` under the `tether.dev/` prefix.
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -189,76 +190,90 @@ pub enum RawResultError {
     Malformed(#[from] serde_json::Error),
 }
 
+/// `_meta`'s stamps; any other key is the device's business. Only an
+/// object is `_meta` (as the typed map requires), never an array.
+#[derive(Default)]
+struct Stamps {
+    seq: Option<Value>,
+    digest: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Stamps {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Stamps, D::Error> {
+        d.deserialize_map(StampsVisitor)
+    }
+}
+
+struct StampsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StampsVisitor {
+    type Value = Stamps;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a _meta object")
+    }
+
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Stamps, M::Error> {
+        let mut stamps = Stamps::default();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                meta::SEQ => stamps.seq = Some(map.next_value()?),
+                meta::DIGEST => stamps.digest = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(stamps)
+    }
+}
+
+/// The shape [`CallToolResult`] accepts, read without keeping it.
+#[derive(Deserialize)]
+#[allow(dead_code)] // `content`, `structured_content`, `is_error` are read to check their types.
+struct Shape {
+    #[serde(default)]
+    content: Vec<IgnoredAny>,
+    #[serde(default, rename = "structuredContent")]
+    structured_content: Option<IgnoredAny>,
+    #[serde(default, rename = "isError")]
+    is_error: bool,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Stamps>,
+    #[serde(default, rename = "resultType")]
+    result_type: Option<Value>,
+}
+
+/// Only `resultType`, for a result of another shape.
+#[derive(Deserialize)]
+struct Kind {
+    #[serde(default, rename = "resultType")]
+    result_type: Option<Value>,
+}
+
+/// Whether a result's `resultType` says the server needs more input
+/// (`input_required`, MCP 2026-07-28), which a tool call cannot supply.
+pub fn asks_for_input(result_type: Option<&Value>) -> bool {
+    result_type.and_then(Value::as_str) == Some("input_required")
+}
+
 impl RawCallResult {
     /// Checks that `raw` parses as a [`CallToolResult`] would (without
     /// building one) and is not an `input_required` answer; returns it with
     /// its stamps.
     pub fn read(raw: Box<RawValue>) -> Result<(RawCallResult, ResultStamps), RawResultError> {
-        use serde::de::IgnoredAny;
-        /// `_meta`'s stamps; any other key is the device's business. Only an
-        /// object is `_meta` (as the typed map requires), never an array.
-        #[derive(Default)]
-        struct Stamps {
-            seq: Option<Value>,
-            digest: Option<Value>,
-        }
-        impl<'de> Deserialize<'de> for Stamps {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Stamps, D::Error> {
-                struct Visit;
-                impl<'de> serde::de::Visitor<'de> for Visit {
-                    type Value = Stamps;
-                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                        f.write_str("a _meta object")
-                    }
-                    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Stamps, M::Error> {
-                        let mut stamps = Stamps::default();
-                        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                            match key.as_ref() {
-                                meta::SEQ => stamps.seq = Some(map.next_value()?),
-                                meta::DIGEST => stamps.digest = Some(map.next_value()?),
-                                _ => {
-                                    map.next_value::<IgnoredAny>()?;
-                                }
-                            }
-                        }
-                        Ok(stamps)
-                    }
-                }
-                d.deserialize_map(Visit)
-            }
-        }
-        /// The shape [`CallToolResult`] accepts, read without keeping it.
-        #[derive(Deserialize)]
-        struct Shape {
-            #[serde(default)]
-            #[allow(dead_code)]
-            content: Vec<IgnoredAny>,
-            #[serde(default, rename = "structuredContent")]
-            #[allow(dead_code)]
-            structured_content: Option<IgnoredAny>,
-            #[serde(default, rename = "isError")]
-            #[allow(dead_code)]
-            is_error: bool,
-            #[serde(default, rename = "_meta")]
-            meta: Option<Stamps>,
-            #[serde(default, rename = "resultType")]
-            result_type: Option<Value>,
-        }
-        /// Only `resultType`, for a result of another shape.
-        #[derive(Deserialize)]
-        struct Kind {
-            #[serde(default, rename = "resultType")]
-            result_type: Option<Value>,
-        }
-        let asks_input = |kind: Option<&Value>| kind.and_then(Value::as_str) == Some("input_required");
         let shape: Shape = match serde_json::from_str(raw.get()) {
             Ok(shape) => shape,
             Err(e) => {
                 let kind = serde_json::from_str::<Kind>(raw.get()).ok().and_then(|k| k.result_type);
-                return Err(if asks_input(kind.as_ref()) { RawResultError::InputRequired } else { e.into() });
+                return Err(if asks_for_input(kind.as_ref()) {
+                    RawResultError::InputRequired
+                } else {
+                    e.into()
+                });
             }
         };
-        if asks_input(shape.result_type.as_ref()) {
+        if asks_for_input(shape.result_type.as_ref()) {
             return Err(RawResultError::InputRequired);
         }
         let stamps = shape.meta.map_or_else(ResultStamps::default, |m| ResultStamps {

@@ -66,13 +66,8 @@ impl SchemaCache {
     /// Limits are the caller's to check first (they differ by client profile).
     pub fn compile(&self, schema: &Value) -> Result<Compiled, SchemaError> {
         let text = serde_json::to_string(schema).map_err(|e| SchemaError::Compile(e.to_string()))?;
-        if let Some(validator) = self.table.get(text.as_str()) {
-            return Ok(Compiled { validator, shared: true });
-        }
-        // Compiled outside the lock: sessions racing compile more than once, and all keep the first one in.
-        let compiled = Arc::new(compile(schema)?);
-        let validator = self.table.get_or_insert(text, Arc::clone(&compiled));
-        Ok(Compiled { shared: !Arc::ptr_eq(&validator, &compiled), validator })
+        let (validator, shared) = self.table.get_or_make(text, || compile(schema))?;
+        Ok(Compiled { validator, shared })
     }
 
     /// Distinct compiled schemas some manifest still holds.

@@ -50,15 +50,15 @@ pub struct Digest(u64);
 impl Digest {
     /// Hashes the device's digest string.
     pub fn of(device: &str) -> Digest {
-        Digest(hash_text(device))
+        Digest(hash64(device))
     }
 }
 
-/// A 64-bit hash of `text`, for comparisons that need no second copy of it.
-fn hash_text(text: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
+/// A 64-bit hash of `value`, for comparisons that need no second copy of it.
+fn hash64(value: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -72,11 +72,8 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Fingerprints a declared catalog (as its JSON `text`) and its context.
     pub fn of(text: &str, context: Option<&Value>) -> Fingerprint {
-        use std::hash::{Hash, Hasher};
         let context = context.map(Value::to_string).unwrap_or_default();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (text, context.as_str()).hash(&mut hasher);
-        Fingerprint { len: text.len() + context.len(), hash: hasher.finish() }
+        Fingerprint { len: text.len() + context.len(), hash: hash64((text, context.as_str())) }
     }
 }
 

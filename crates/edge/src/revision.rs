@@ -109,7 +109,7 @@ pub enum DiscoverError {
 /// Whether a result asks the caller for more input instead of completing
 /// (2026-07-28's multi-round-trip requests, which a broker cannot answer).
 pub fn input_required(result: &Value) -> bool {
-    result.get("resultType").and_then(Value::as_str) == Some("input_required")
+    tether_contract::mcp::asks_for_input(result.get("resultType"))
 }
 
 /// Reads a `server/discover` result.

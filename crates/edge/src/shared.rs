@@ -10,8 +10,11 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::convert::Infallible;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use sha2::{Digest, Sha256};
 
 use tether_contract::backend::{DropReason, DroppedTool};
 use tether_contract::mcp::ToolDeclaration;
@@ -52,9 +55,21 @@ impl<K: Hash + Eq, V> WeakTable<K, V> {
         self.lock().by_key.get(key).and_then(Weak::upgrade)
     }
 
-    /// The live value under `key`, or `value` shared under it: sessions
-    /// racing to make the same value all end up holding the first one in.
-    pub fn get_or_insert(&self, key: K, value: Arc<V>) -> Arc<V> {
+    /// The live value under `key`, or `make()`'s, shared under it from now
+    /// on; true when it was already there. Made outside the lock: sessions
+    /// racing make it more than once, and all keep the first one in.
+    pub fn get_or_make<E>(&self, key: K, make: impl FnOnce() -> Result<V, E>) -> Result<(Arc<V>, bool), E> {
+        if let Some(live) = self.get(&key) {
+            return Ok((live, true));
+        }
+        let made = Arc::new(make()?);
+        let value = self.get_or_insert(key, Arc::clone(&made));
+        let shared = !Arc::ptr_eq(&value, &made);
+        Ok((value, shared))
+    }
+
+    /// The live value under `key`, or `value` shared under it.
+    fn get_or_insert(&self, key: K, value: Arc<V>) -> Arc<V> {
         let mut entries = self.lock();
         if let Some(live) = entries.by_key.get(&key).and_then(Weak::upgrade) {
             return live;
@@ -86,9 +101,10 @@ impl<K: Hash + Eq, V> WeakTable<K, V> {
 /// same caps: the intake is pure, so the same input always makes the same one.
 #[derive(Debug, Default)]
 pub struct CatalogCache {
-    /// Keyed by a SHA-256 of the caps and the declared catalog's text: 32
-    /// bytes per catalog instead of its text, and collision-resistant, so a
-    /// device cannot craft a catalog that lands on another app's intake.
+    /// Keyed by a SHA-256 of the caps, the paged-out flag and the declared
+    /// catalog's text: 32 bytes per catalog instead of its text, and
+    /// collision-resistant, so a device cannot craft a catalog that lands on
+    /// another app's intake.
     table: WeakTable<[u8; 32], Intake>,
 }
 
@@ -114,27 +130,20 @@ impl CatalogCache {
         caps: &Caps,
         schemas: &SchemaCache,
     ) -> SharedIntake {
-        let key = key(caps, paged_out, text);
-        if let Some(intake) = key.and_then(|k| self.table.get(&k)) {
-            return SharedIntake { intake, shared: true };
-        }
-        // Made outside the lock: sessions racing make it more than once, and
-        // all keep the first one in.
-        let mut intake = crate::caps::intake(declared, caps, schemas);
-        if paged_out {
-            intake.dropped.push(DroppedTool {
-                name: "*".into(),
-                bytes: 0,
-                reason: DropReason::TooManyPages,
-                detail: None,
-            });
-        }
-        let made = Arc::new(intake);
-        let intake = match key {
-            Some(key) => self.table.get_or_insert(key, Arc::clone(&made)),
-            None => Arc::clone(&made),
+        let make = || {
+            let mut intake = crate::caps::intake(declared, caps, schemas);
+            if paged_out {
+                intake.dropped.push(DroppedTool {
+                    name: "*".into(),
+                    bytes: 0,
+                    reason: DropReason::TooManyPages,
+                    detail: None,
+                });
+            }
+            Ok::<_, Infallible>(intake)
         };
-        SharedIntake { shared: !Arc::ptr_eq(&intake, &made), intake }
+        let Ok((intake, shared)) = self.table.get_or_make(key(caps, paged_out, text), make);
+        SharedIntake { intake, shared }
     }
 
     /// Distinct catalogs some manifest still holds.
@@ -148,16 +157,21 @@ impl CatalogCache {
     }
 }
 
-/// The cache key of a catalog: None when the caps cannot be written (then
-/// the catalog is not shared, never shared under a wrong key).
-fn key(caps: &Caps, paged_out: bool, text: &str) -> Option<[u8; 32]> {
-    use sha2::{Digest, Sha256};
-    let caps = serde_json::to_vec(caps).ok()?;
-    let mut hasher = Sha256::new();
-    hasher.update(caps);
-    hasher.update([u8::from(paged_out)]);
-    hasher.update(text.as_bytes());
-    Some(hasher.finalize().into())
+/// The cache key of a catalog: a SHA-256 of everything its intake reads.
+fn key(caps: &Caps, paged_out: bool, text: &str) -> [u8; 32] {
+    /// Feeds `Hash` (the caps' derive) into SHA-256.
+    struct Feed(Sha256);
+    impl Hasher for Feed {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+        fn finish(&self) -> u64 {
+            0
+        }
+    }
+    let mut feed = Feed(Sha256::new());
+    (caps, paged_out, text).hash(&mut feed);
+    feed.0.finalize().into()
 }
 
 #[cfg(test)]

@@ -85,10 +85,11 @@ impl Session {
             .request(discover, json!({ "_meta": meta }), budget, discover, false)
             .await
             .map_err(|e| self.request_error(e, Leg::Reread, budget))?;
-        let value: Value = serde_json::from_str(raw.get())
-            .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
-        let found = crate::revision::read_discover(&value)
-            .map_err(|e| WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}")))?;
+        let refused = |e: &dyn std::fmt::Display| {
+            WireError::new(ErrorKind::ClientError, format!("device's server/discover: {e}"))
+        };
+        let value: Value = serde_json::from_str(raw.get()).map_err(|e| refused(&e))?;
+        let found = crate::revision::read_discover(&value).map_err(|e| refused(&e))?;
         self.claimed_session(value.get("_meta").and_then(Value::as_object));
         Ok(Identity::new(&found.server_info, found.instructions, found.concept))
     }
