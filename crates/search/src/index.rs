@@ -8,22 +8,23 @@
 //! the same word buried in a parameter's description, and repeating a word
 //! across fields does not run away.
 //!
-//! Each query word is one concept: a tool scores the word itself or, if
-//! better, the word's thesaurus terms ([`crate::thesaurus`]) taken together
-//! as one term at a lower weight. A tool's score is the sum over the query's
+//! Each query word is one concept: a tool scores the best of the word
+//! itself, the word's thesaurus terms ([`crate::thesaurus`]) taken together
+//! as one term at a lower weight, and the declared terms nearest it by word
+//! vector ([`crate::semantic`]) taken together at a lower weight still. A tool's score is the sum over the query's
 //! words. A declaration that calls itself deprecated is demoted. The top of
 //! the ranking is then picked greedily for coverage, so a request for
 //! several things finds a tool for each. Ranking is deterministic: equal
 //! scores go by name, then by position.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 use tether_contract::mcp::ToolDeclaration;
 use tether_contract::names::PREFIX;
 
-use crate::thesaurus;
-use crate::tokenize::{terms, terms_of, words};
+use crate::tokenize::{kept, stem, words};
+use crate::{semantic, thesaurus};
 
 /// How many fields a declaration is read into.
 pub const FIELDS: usize = 5;
@@ -60,6 +61,12 @@ pub struct Weights {
     pub k1: f64,
     /// Weight of a thesaurus term relative to a word the query used.
     pub expansion: f64,
+    /// Weight of the word-vector tier relative to a word the query used (0 turns it off).
+    pub semantic: f64,
+    /// Lowest cosine at which a declared word is a neighbour of a query word.
+    pub semantic_min: f32,
+    /// Most neighbours a query word reaches through its vector.
+    pub semantic_top: usize,
     /// Score multiplier for a tool whose title or description says it is deprecated.
     pub deprecated: f64,
     /// How much a query word already covered by a picked tool counts for the
@@ -74,6 +81,9 @@ impl Default for Weights {
             b: [0.8, 0.5, 0.75, 0.75, 0.75],
             k1: 1.2,
             expansion: 0.9,
+            semantic: 0.5,
+            semantic_min: 0.6,
+            semantic_top: 5,
             deprecated: 0.5,
             novelty: 0.3,
         }
@@ -104,6 +114,8 @@ pub struct Index {
     avg: [f64; FIELDS],
     demote: Vec<f64>,
     postings: HashMap<String, Vec<Posting>>,
+    /// The indexed terms that have a word vector, and those vectors.
+    vectors: TermVectors,
     weights: Weights,
 }
 
@@ -120,21 +132,24 @@ impl Index {
         let mut demote = Vec::with_capacity(tools.len());
         let mut postings: HashMap<String, Vec<Posting>> = HashMap::new();
         let mut total = [0u64; FIELDS];
+        let mut spellings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (doc, tool) in tools.iter().enumerate() {
             let fields = read_fields(tool);
-            let mut tf: BTreeMap<&str, [u16; FIELDS]> = BTreeMap::new();
+            let mut tf: BTreeMap<String, [u16; FIELDS]> = BTreeMap::new();
             let mut len = [0u32; FIELDS];
-            for (f, field_terms) in fields.iter().enumerate() {
-                len[f] = u32::try_from(field_terms.len()).unwrap_or(u32::MAX);
+            for (f, field_words) in fields.into_iter().enumerate() {
+                len[f] = u32::try_from(field_words.len()).unwrap_or(u32::MAX);
                 total[f] += u64::from(len[f]);
-                for term in field_terms {
-                    let counts = tf.entry(term.as_str()).or_insert([0; FIELDS]);
+                for word in field_words {
+                    let term = stem(&word);
+                    spellings.entry(term.clone()).or_default().insert(word);
+                    let counts = tf.entry(term).or_insert([0; FIELDS]);
                     counts[f] = counts[f].saturating_add(1);
                 }
             }
             let doc = u32::try_from(doc).unwrap_or(u32::MAX);
             for (term, tf) in tf {
-                postings.entry(term.to_owned()).or_default().push(Posting { doc, tf });
+                postings.entry(term).or_default().push(Posting { doc, tf });
             }
             names.push(tool.name.clone());
             lens.push(len);
@@ -142,7 +157,9 @@ impl Index {
         }
         let n = tools.len().max(1) as f64;
         let avg = std::array::from_fn(|f| (total[f] as f64 / n).max(1.0));
-        Index { names, lens, avg, demote, postings, weights }
+        let vectors =
+            if weights.semantic > 0.0 { TermVectors::of(spellings) } else { TermVectors::default() };
+        Index { names, lens, avg, demote, postings, vectors, weights }
     }
 
     /// How many tools the index holds.
@@ -228,8 +245,10 @@ impl Index {
         picked
     }
 
-    /// Every tool's score for one query word: the word itself or, if
-    /// better, its thesaurus terms taken together at the expansion weight.
+    /// Every tool's score for one query word: the best of the word itself,
+    /// its thesaurus terms taken together at the expansion weight, and its
+    /// vector neighbours taken together at the semantic weight, each
+    /// neighbour's frequency scaled by its cosine.
     ///
     /// The thesaurus terms count as one term (their frequencies summed,
     /// their document frequency that of any of them), so a word with many
@@ -253,7 +272,40 @@ impl Index {
             let entry = out.entry(doc).or_default();
             *entry = entry.max(s);
         }
+        let mut near: BTreeMap<usize, f64> = BTreeMap::new();
+        for (term, similarity) in self.neighbours(concept) {
+            for posting in self.postings.get(term).map(Vec::as_slice).unwrap_or(&[]) {
+                let doc = posting.doc as usize;
+                *near.entry(doc).or_default() +=
+                    f64::from(similarity) * self.pseudo_frequency(doc, &posting.tf);
+            }
+        }
+        let idf = self.idf(near.len());
+        for (doc, tf) in near {
+            let s = self.weights.semantic * idf * tf / (self.weights.k1 + tf);
+            let entry = out.entry(doc).or_default();
+            *entry = entry.max(s);
+        }
         out
+    }
+
+    /// The indexed terms closest to a query word by vector, with their cosines.
+    fn neighbours(&self, concept: &Concept) -> Vec<(&str, f32)> {
+        let vectors = &self.vectors;
+        if vectors.terms.is_empty() {
+            return Vec::new();
+        }
+        let Some(query) = semantic::table().and_then(|t| t.get(&concept.word)) else { return Vec::new() };
+        let mut near: Vec<(&str, f32)> = vectors
+            .terms
+            .iter()
+            .zip(vectors.matrix.chunks_exact(query.len()))
+            .map(|(term, v)| (term.as_str(), semantic::cosine(&query, v)))
+            .filter(|(term, c)| *c >= self.weights.semantic_min && *term != concept.term)
+            .collect();
+        near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        near.truncate(self.weights.semantic_top);
+        near
     }
 
     /// BM25's inverse document frequency for a term held by `df` tools.
@@ -286,6 +338,29 @@ impl Index {
     }
 }
 
+/// The word vectors of an index's terms, one row per term, in term order.
+#[derive(Debug, Clone, Default)]
+struct TermVectors {
+    terms: Vec<String>,
+    matrix: Vec<f32>,
+}
+
+impl TermVectors {
+    /// A term's vector is the mean direction of the words stemmed to it
+    /// (`light`: "lights", "lighting"); terms with no known word are left out.
+    fn of(spellings: BTreeMap<String, BTreeSet<String>>) -> TermVectors {
+        let mut out = TermVectors::default();
+        let Some(table) = semantic::table() else { return out };
+        for (term, words) in spellings {
+            if let Some(v) = semantic::centroid(words.iter().filter_map(|w| table.get(w))) {
+                out.terms.push(term);
+                out.matrix.extend(v);
+            }
+        }
+        out
+    }
+}
+
 /// One word of a query and the thesaurus terms it reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concept {
@@ -293,21 +368,24 @@ pub struct Concept {
     pub term: String,
     /// Stems the thesaurus relates to it (may be empty).
     pub related: &'static [String],
+    /// The word as the query wrote it, lowercased, for its vector.
+    pub word: String,
 }
 
 /// A query's distinct terms, in order, each with what it reaches.
 pub fn concepts(query: &str) -> Vec<Concept> {
     let mut out: Vec<Concept> = Vec::new();
-    for term in terms_of(thesaurus::phrases(words(query))) {
+    for word in kept(thesaurus::phrases(words(query))) {
+        let term = stem(&word);
         if !out.iter().any(|c| c.term == term) {
             let related = thesaurus::related(&term);
-            out.push(Concept { term, related });
+            out.push(Concept { term, related, word });
         }
     }
     out
 }
 
-/// The terms of each field of a declaration.
+/// The words of each field of a declaration (unstemmed; see [`kept`]).
 fn read_fields(tool: &ToolDeclaration) -> [Vec<String>; FIELDS] {
     let name = tool.name.strip_prefix(PREFIX).unwrap_or(&tool.name);
     let mut params = Vec::new();
@@ -315,9 +393,9 @@ fn read_fields(tool: &ToolDeclaration) -> [Vec<String>; FIELDS] {
     read_schema(&tool.input_schema, &mut params, &mut values, 0);
     // In `Field` order.
     [
-        terms(name),
-        tool.title.as_deref().map(terms).unwrap_or_default(),
-        tool.description.as_deref().map(terms).unwrap_or_default(),
+        meaningful(name),
+        tool.title.as_deref().map(meaningful).unwrap_or_default(),
+        tool.description.as_deref().map(meaningful).unwrap_or_default(),
         params,
         values,
     ]
@@ -333,16 +411,16 @@ fn read_schema(schema: &Value, params: &mut Vec<String>, values: &mut Vec<String
     if depth > 0 {
         for key in ["description", "title"] {
             if let Some(text) = object.get(key).and_then(Value::as_str) {
-                params.extend(terms(text));
+                params.extend(meaningful(text));
             }
         }
     }
     if let Some(members) = object.get("enum").and_then(Value::as_array) {
-        values.extend(members.iter().filter_map(Value::as_str).flat_map(terms));
+        values.extend(members.iter().filter_map(Value::as_str).flat_map(meaningful));
     }
     if let Some(properties) = object.get("properties").and_then(Value::as_object) {
         for (key, sub) in properties {
-            params.extend(terms(key));
+            params.extend(meaningful(key));
             read_schema(sub, params, values, depth + 1);
         }
     }
@@ -356,6 +434,11 @@ fn read_schema(schema: &Value, params: &mut Vec<String>, values: &mut Vec<String
             subs.iter().for_each(|s| read_schema(s, params, values, depth + 1));
         }
     }
+}
+
+/// The words of a text that carry meaning, unstemmed.
+fn meaningful(text: &str) -> Vec<String> {
+    kept(words(text))
 }
 
 /// Whether a declaration calls itself deprecated (in its title, description
@@ -442,6 +525,22 @@ mod tests {
         assert_eq!(ranked(&index, &tools, "it's freezing"), ["client__set_temperature"]);
         let plain = Index::with_weights(&tools, Weights { expansion: 0.0, ..Weights::default() });
         assert_eq!(plain.search("freezing", 10)[0].score, 0.0, "without expansion nothing matches");
+    }
+
+    #[test]
+    fn word_vectors_bridge_a_word_no_declaration_and_no_thesaurus_line_holds() {
+        let tools =
+            [tool("client__call_attorney", "Phones your attorney."), tool("client__play", "Plays music.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "lawyer"), ["client__call_attorney"]);
+        let plain = Index::with_weights(&tools, Weights { semantic: 0.0, ..Weights::default() });
+        assert!(ranked(&plain, &tools, "lawyer").is_empty(), "without vectors nothing matches");
+    }
+
+    #[test]
+    fn a_vector_neighbour_counts_for_less_than_the_word_itself() {
+        let tools = [tool("client__b", "Attorney on retainer."), tool("client__a", "Lawyer on retainer.")];
+        assert_eq!(ranked(&Index::build(&tools), &tools, "lawyer"), ["client__a", "client__b"]);
     }
 
     #[test]

@@ -239,7 +239,12 @@ pub fn terms(text: &str) -> Vec<String> {
 
 /// The search terms among words already split (see [`terms`]).
 pub fn terms_of(words: Vec<String>) -> Vec<String> {
-    words.into_iter().filter(|w| keeps(w)).map(|w| stem(&w)).collect()
+    kept(words).into_iter().map(|w| stem(&w)).collect()
+}
+
+/// The words that carry meaning for search, unstemmed (see [`terms`]).
+pub fn kept(words: Vec<String>) -> Vec<String> {
+    words.into_iter().filter(|w| keeps(w)).collect()
 }
 
 /// Whether a lowercase word carries meaning for search.
