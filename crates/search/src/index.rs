@@ -82,7 +82,7 @@ impl Default for Weights {
             k1: 1.2,
             expansion: 0.9,
             semantic: 0.5,
-            semantic_min: 0.6,
+            semantic_min: 0.5,
             semantic_top: 5,
             deprecated: 0.5,
             novelty: 0.3,
