@@ -280,7 +280,12 @@ impl Index {
                     f64::from(similarity) * self.pseudo_frequency(doc, &posting.tf);
             }
         }
-        let idf = self.idf(near.len());
+        // The neighbours stand in for the word: where the word itself is
+        // declared, they are never rarer (more telling) than it is.
+        let idf = match self.postings.get(&concept.term) {
+            Some(own) => self.idf(near.len()).min(self.idf(own.len())),
+            _ => self.idf(near.len()),
+        };
         for (doc, tf) in near {
             let s = self.weights.semantic * idf * tf / (self.weights.k1 + tf);
             let entry = out.entry(doc).or_default();
@@ -523,7 +528,8 @@ mod tests {
         let index = Index::build(&tools);
         assert_eq!(ranked(&index, &tools, "lighting"), ["client__lights_on"]);
         assert_eq!(ranked(&index, &tools, "it's freezing"), ["client__set_temperature"]);
-        let plain = Index::with_weights(&tools, Weights { expansion: 0.0, ..Weights::default() });
+        let plain =
+            Index::with_weights(&tools, Weights { expansion: 0.0, semantic: 0.0, ..Weights::default() });
         assert_eq!(plain.search("freezing", 10)[0].score, 0.0, "without expansion nothing matches");
     }
 
