@@ -42,7 +42,7 @@ tether_counters::counters! {
         lists_partial,
         /// Times the connection to NATS was lost (the edge keeps serving its own sessions and reconnects).
         nats_disconnects,
-        /// Messages that could not be published to NATS, or subscriptions that could not be made.
+        /// Messages that could not be published to NATS, requests it refused (too large, client error), or subscriptions that could not be made.
         publish_failures,
         /// Progress from another edge not relayed: the backend did not ask, or its queue was full.
         progress_dropped,

@@ -126,6 +126,33 @@ impl Drop for Sent<'_> {
     }
 }
 
+/// A request larger than NATS carries: the backend can shrink it.
+fn too_large(max_payload: usize) -> WireError {
+    WireError::new(
+        ErrorKind::PayloadTooLarge,
+        format!(
+            "the request is larger than the cluster carries (NATS max_payload {max_payload} bytes); send smaller arguments"
+        ),
+    )
+    .with("direction", "request")
+    .with("limit", max_payload)
+}
+
+/// What a backend is told when NATS refuses a request outright (neither a
+/// timeout nor no responders): too large, or the client could not send it.
+fn refused(e: &async_nats::RequestError, session: &str, max_payload: usize) -> WireError {
+    if e.kind() == async_nats::RequestErrorKind::MaxPayloadExceeded {
+        return too_large(max_payload);
+    }
+    WireError::new(
+        ErrorKind::Overloaded,
+        format!("this edge could not send the request to the edge holding the session through NATS ({e}); retry in a moment"),
+    )
+    .with("retry_after_ms", 1000)
+    .with("cluster", "request_failed")
+    .with("session", session)
+}
+
 /// Routes to [`Local`] for sessions held here and over NATS for the rest.
 #[derive(Debug)]
 pub(crate) struct ClusterRouter {
@@ -229,7 +256,10 @@ impl ClusterRouter {
                 async_nats::RequestErrorKind::TimedOut => WireError::channel_closed("edge_lost")
                     .with("session", session)
                     .with("after_ms", ms(self.inner.config.read_timeout)),
-                _ => self.unreachable(session),
+                kind => {
+                    fallback!(self.counters().publish_failures, warn, session, ?kind, error = %e, "request to another edge not sent: NATS refused it");
+                    refused(&e, session, self.inner.client.max_payload())
+                }
             }),
         }
     }
@@ -273,12 +303,7 @@ impl ClusterRouter {
         {
             fallback!(self.counters().publish_failures, warn, session, error = %e, "could not publish a call to NATS");
             if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
-                return Err(WireError::new(
-                    ErrorKind::PayloadTooLarge,
-                    format!("the call is larger than the cluster carries (NATS max_payload {} bytes); send smaller arguments", self.inner.client.max_payload()),
-                )
-                .with("direction", "request")
-                .with("limit", self.inner.client.max_payload()));
+                return Err(too_large(self.inner.client.max_payload()));
             }
             return Err(self.unreachable(&session));
         }
@@ -495,5 +520,28 @@ impl Router for ClusterRouter {
 
     fn degraded(&self) -> Option<String> {
         (!self.inner.connected()).then(|| format!("NATS unreachable at {}", self.inner.config.nats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::{RequestError, RequestErrorKind};
+
+    #[test]
+    fn a_request_nats_will_not_carry_is_payload_too_large_with_the_limit() {
+        let err = refused(&RequestError::new(RequestErrorKind::MaxPayloadExceeded), "s1", 2048);
+        assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err:?}");
+        assert!(err.message.contains("2048"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_request_the_client_could_not_send_says_so_and_when_to_retry() {
+        let e = RequestError::with_source(RequestErrorKind::Other, "broken pipe");
+        let err = refused(&e, "s1", 2048);
+        assert_eq!(err.kind, ErrorKind::Overloaded, "{err:?}");
+        assert!(err.message.contains("broken pipe") && err.message.contains("retry"), "{}", err.message);
+        assert_eq!(err.details.get("cluster"), Some(&serde_json::json!("request_failed")));
+        assert_eq!(err.details.get("session"), Some(&serde_json::json!("s1")));
     }
 }
