@@ -30,7 +30,7 @@ use tether_core::{for_model, CallOptions, Turn};
 use crate::auth::Scope;
 use crate::devices::{self, Device, Target};
 use crate::metrics::GatewayCounters;
-use crate::watch;
+use crate::watch::{self, Credential};
 use crate::Shared;
 
 /// The MCP revisions this endpoint speaks.
@@ -40,6 +40,8 @@ const REVISIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25, ProtocolV
 #[derive(Clone)]
 pub(crate) struct McpServer {
     shared: Arc<Shared>,
+    /// The session's freshest token, renewed by every request; its watcher asks with it.
+    credential: Arc<Credential>,
     /// Cancelled when the last clone goes: the session's list_changed watcher stops.
     stop: CancellationToken,
     _stop_on_drop: Arc<DropGuard>,
@@ -48,7 +50,15 @@ pub(crate) struct McpServer {
 impl McpServer {
     pub(crate) fn new(shared: Arc<Shared>) -> McpServer {
         let stop = CancellationToken::new();
-        McpServer { shared, _stop_on_drop: Arc::new(stop.clone().drop_guard()), stop }
+        let credential = Arc::new(Credential::default());
+        McpServer { shared, credential, _stop_on_drop: Arc::new(stop.clone().drop_guard()), stop }
+    }
+
+    /// The request's scope; its token becomes the session's freshest.
+    fn scope(&self, ctx: &RequestContext<RoleServer>) -> Result<Scope, ErrorData> {
+        let scope = scope(ctx)?;
+        self.credential.renew(&scope.token);
+        Ok(scope)
     }
 }
 
@@ -287,7 +297,7 @@ impl ServerHandler for McpServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         ctx.peer.set_peer_info(request.clone());
-        let scope = scope(&ctx)?;
+        let scope = self.scope(&ctx)?;
         let mut result = self.negotiate_initialize(&request)?;
         result.instructions = Some(self.instructions(&scope).await);
         // A 2025-11-25 session hears list_changed on its GET stream for as long as it lives.
@@ -296,12 +306,13 @@ impl ServerHandler for McpServer {
             let peer = peer.clone();
             async move { peer.notify_tool_list_changed().await.is_ok() }
         };
-        tokio::spawn(watch::watch(Arc::clone(&self.shared), scope, self.stop.clone(), notify));
+        let credential = Arc::clone(&self.credential);
+        tokio::spawn(watch::watch(Arc::clone(&self.shared), scope, credential, self.stop.clone(), notify));
         Ok(result)
     }
 
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
-        let scope = scope(&ctx)?;
+        let scope = self.scope(&ctx)?;
         let mut result = DiscoverResult::from_server_info(REVISIONS.to_vec(), self.get_info());
         result.instructions = Some(self.instructions(&scope).await);
         // The instructions are this user's: no cache may serve them to anyone else.
@@ -314,7 +325,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let scope = scope(&ctx)?;
+        let scope = self.scope(&ctx)?;
         let (devices, reads) = self.read_all(&scope).await;
         let several = devices.len() > 1;
         let tools = devices
@@ -330,7 +341,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let scope = scope(&ctx)?;
+        let scope = self.scope(&ctx)?;
         // A cancel at any point (resolving the name, the turn start, the call)
         // drops the call, which tells the device to stop if it had started.
         tokio::select! {
@@ -364,7 +375,10 @@ impl ServerHandler for McpServer {
                 async move { subscription.sink().notify_tool_list_changed().await.is_ok() }
             }
         };
-        let watcher = tokio::spawn(watch::watch(Arc::clone(&self.shared), scope, stop.clone(), notify));
+        // The stream's own token: a client renews it by listening again.
+        let credential = Arc::new(Credential::new(&scope.token));
+        let watcher =
+            tokio::spawn(watch::watch(Arc::clone(&self.shared), scope, credential, stop.clone(), notify));
         subscription.cancelled().await;
         stop.cancel();
         let _ = watcher.await;

@@ -29,6 +29,8 @@ tether_counters::counters! {
         edge_unavailable,
         /// Edge events a watcher missed; its client was told to re-list.
         events_lagged,
+        /// A watcher's lookup of a new session failed (its token expired, or the edge was out of reach); its client was told to re-list.
+        watcher_lookups_failed,
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use tether_contract::ErrorKind;
 use tether_core::Notification;
 use tether_counters::fallback;
 
@@ -36,57 +37,163 @@ pub(crate) async fn pump(
     edge_gone.cancel();
 }
 
-/// Whether `note` changes what `scope` lists; keeps `mine` current.
-async fn moves(shared: &Shared, scope: &Scope, mine: &mut HashSet<String>, note: &Notification) -> bool {
-    match note {
-        Notification::ListChanged(c) => mine.contains(&c.session),
-        // Same session on a new socket: its catalog was read again.
-        Notification::SessionResumed(r) => mine.contains(&r.session),
-        Notification::SessionClosed(c) => mine.remove(&c.session),
-        // A new device of this user joins the aggregate (never a pinned view).
-        Notification::SessionOpened(o) if scope.pinned.is_none() => {
-            // Only the new session is asked about: is it this user's?
-            match shared.link.session_info(&o.session, &scope.token, shared.config.budgets.turn_start).await {
-                Ok(list) if !list.sessions.is_empty() => mine.insert(o.session.clone()),
-                Ok(_) => false,
-                Err(e) => {
-                    debug!(error = %e, "watcher could not ask about a new session; its client re-lists to be safe");
-                    true
-                }
+/// The freshest bearer token an MCP session has presented: a 2025-11-25
+/// session's watcher outlives the token it was opened with, and asks the
+/// edge about new devices with whichever token the client sent last.
+#[derive(Debug, Default)]
+pub(crate) struct Credential {
+    /// The token and how many times it changed (a refused watcher waits for a new one).
+    current: std::sync::Mutex<(String, u64)>,
+}
+
+impl Credential {
+    /// A credential holding `token`.
+    pub(crate) fn new(token: &str) -> Credential {
+        Credential { current: std::sync::Mutex::new((token.to_owned(), 0)) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (String, u64)> {
+        self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps `token` if it differs from the one held (the authentication
+    /// layer has verified it, and bound it to the same user).
+    pub(crate) fn renew(&self, token: &str) {
+        let mut current = self.lock();
+        if current.0 != token {
+            *current = (token.to_owned(), current.1.wrapping_add(1));
+        }
+    }
+
+    /// The token and its generation.
+    fn get(&self) -> (String, u64) {
+        self.lock().clone()
+    }
+}
+
+/// Why a watcher's set of sessions may be missing one of its user's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stale {
+    /// The set is complete.
+    No,
+    /// The edge refused the token of this generation: re-read once the client presents another.
+    UntilRenewed(u64),
+    /// The edge could not be asked: re-read at the next event.
+    Retry,
+}
+
+/// One MCP session's view of its user's sessions.
+struct Watcher {
+    shared: Arc<Shared>,
+    scope: Scope,
+    credential: Arc<Credential>,
+    mine: HashSet<String>,
+    stale: Stale,
+}
+
+impl Watcher {
+    /// Whether `note` changes what the scope lists; keeps `mine` current.
+    async fn moves(&mut self, note: &Notification) -> bool {
+        let resynced = self.resync().await;
+        let moved = match note {
+            Notification::ListChanged(c) => self.mine.contains(&c.session),
+            // Same session on a new socket: its catalog was read again.
+            Notification::SessionResumed(r) => self.mine.contains(&r.session),
+            Notification::SessionClosed(c) => self.mine.remove(&c.session),
+            // A new device of this user joins the aggregate (never a pinned view).
+            Notification::SessionOpened(o) if self.scope.pinned.is_none() => self.opened(&o.session).await,
+            _ => false,
+        };
+        moved || resynced
+    }
+
+    /// Asks the edge about a new session: is it this user's?
+    async fn opened(&mut self, session: &str) -> bool {
+        let (token, generation) = self.credential.get();
+        let budget = self.shared.config.budgets.turn_start;
+        match self.shared.link.session_info(session, &token, budget).await {
+            Ok(list) if !list.sessions.is_empty() => self.mine.insert(session.to_owned()),
+            Ok(_) => false,
+            Err(e) => {
+                self.stale = refused_until(&e, generation);
+                fallback!(self.shared.metrics.counters.watcher_lookups_failed, warn, principal = %self.scope.principal, %session, error = %e, "MCP watcher could not ask the edge about a new session; its client re-lists, and the watcher re-reads its sessions once it can");
+                // The session may be this user's: the client re-lists to be safe.
+                true
             }
         }
-        _ => false,
+    }
+
+    /// Re-reads the user's whole set after a failed lookup, once that can
+    /// succeed; true when the set changed.
+    async fn resync(&mut self) -> bool {
+        let (token, generation) = self.credential.get();
+        match self.stale {
+            Stale::No => return false,
+            Stale::UntilRenewed(refused) if refused == generation => return false,
+            Stale::UntilRenewed(_) | Stale::Retry => {}
+        }
+        let budget = self.shared.config.budgets.turn_start;
+        match self.shared.link.sessions(&token, budget).await {
+            Ok(list) => {
+                let now: HashSet<String> = list.sessions.into_iter().map(|s| s.session).collect();
+                self.stale = Stale::No;
+                debug!(principal = %self.scope.principal, sessions = now.len(), "MCP watcher re-read its user's sessions");
+                let changed = now != self.mine;
+                self.mine = now;
+                changed
+            }
+            Err(e) => {
+                self.stale = refused_until(&e, generation);
+                debug!(principal = %self.scope.principal, error = %e, "MCP watcher still cannot re-read its user's sessions");
+                false
+            }
+        }
+    }
+}
+
+/// A refused token waits for a new one; any other failure retries.
+fn refused_until(e: &tether_contract::WireError, generation: u64) -> Stale {
+    match e.kind {
+        ErrorKind::Unauthenticated | ErrorKind::Forbidden => Stale::UntilRenewed(generation),
+        _ => Stale::Retry,
     }
 }
 
 /// Notifies through `notify` whenever the scope's tools move, until `stop`
 /// fires or a notification cannot be delivered (the client went away).
-pub(crate) async fn watch<F, Fut>(shared: Arc<Shared>, scope: Scope, stop: CancellationToken, notify: F)
-where
+/// Lookups use `credential`, which the session's requests keep fresh.
+pub(crate) async fn watch<F, Fut>(
+    shared: Arc<Shared>,
+    scope: Scope,
+    credential: Arc<Credential>,
+    stop: CancellationToken,
+    notify: F,
+) where
     F: Fn() -> Fut,
     Fut: Future<Output = bool>,
 {
     let mut events = shared.events.subscribe();
-    let mut mine: HashSet<String> = scope.sessions.iter().map(|s| s.session.clone()).collect();
+    let mine = scope.sessions.iter().map(|s| s.session.clone()).collect();
+    let mut watcher = Watcher { shared, scope, credential, mine, stale: Stale::No };
     loop {
         let event = tokio::select! {
             event = events.recv() => event,
             () = stop.cancelled() => return,
         };
         let changed = match event {
-            Ok(note) => moves(&shared, &scope, &mut mine, &note).await,
+            Ok(note) => watcher.moves(&note).await,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                fallback!(shared.metrics.counters.events_lagged, warn, missed, principal = %scope.principal, "MCP watcher fell behind the edge's events; telling its client to re-list");
+                fallback!(watcher.shared.metrics.counters.events_lagged, warn, missed, principal = %watcher.scope.principal, "MCP watcher fell behind the edge's events; telling its client to re-list");
                 true
             }
             Err(broadcast::error::RecvError::Closed) => return,
         };
         if changed {
             if !notify().await {
-                debug!(principal = %scope.principal, "MCP client gone; its watcher stops");
+                debug!(principal = %watcher.scope.principal, "MCP client gone; its watcher stops");
                 return;
             }
-            GatewayCounters::bump(&shared.metrics.counters.list_changed_sent);
+            GatewayCounters::bump(&watcher.shared.metrics.counters.list_changed_sent);
         }
     }
 }
@@ -94,36 +201,59 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::{SinkExt, StreamExt};
+    use serde_json::{json, Value};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tether_contract::backend::ListChanged;
+    use std::time::Duration;
+    use tether_contract::backend::{ListChanged, SessionOpened};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::WebSocketStream;
+
+    type EdgeSide = WebSocketStream<tokio::io::DuplexStream>;
+
+    /// A gateway's shared state over an in-memory link, the edge's end of
+    /// that link, and the sender of the edge's events.
+    async fn gateway(backlog: usize) -> (Arc<Shared>, EdgeSide, broadcast::Sender<Notification>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let ws = WebSocketStream::from_raw_socket(ours, Role::Client, None).await;
+        let edge = WebSocketStream::from_raw_socket(theirs, Role::Server, None).await;
+        let (events, _) = broadcast::channel(backlog);
+        let shared = Arc::new(Shared {
+            link: tether_core::BackendLink::from_stream(ws),
+            config: crate::GatewayConfig::default(),
+            events: events.clone(),
+            metrics: crate::metrics::GatewayMetrics::default(),
+            owners: crate::auth::SessionOwners::default(),
+        });
+        (shared, edge, events)
+    }
+
+    fn scope(sessions: &[&str]) -> Scope {
+        Scope {
+            token: "t".into(),
+            principal: "mira".into(),
+            sessions: sessions.iter().map(|s| info(s)).collect(),
+            pinned: None,
+        }
+    }
+
+    fn info(session: &str) -> tether_contract::backend::SessionInfo {
+        serde_json::from_value(json!({"session": session, "principal": "mira", "seq": 1, "tools": 1}))
+            .unwrap()
+    }
 
     /// A watcher that falls behind the edge's events tells its client to
     /// re-list rather than guess what it missed.
     #[tokio::test(flavor = "current_thread")]
     async fn a_watcher_that_falls_behind_tells_its_client_to_re_list() {
-        let (ours, _theirs) = tokio::io::duplex(1024);
-        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-            ours,
-            tokio_tungstenite::tungstenite::protocol::Role::Client,
-            None,
-        )
-        .await;
-        let (events, _) = broadcast::channel(2);
-        let link = tether_core::BackendLink::from_stream(ws);
-        let metrics = crate::metrics::GatewayMetrics::default();
-        let shared = Arc::new(Shared {
-            link,
-            config: crate::GatewayConfig::default(),
-            events: events.clone(),
-            metrics,
-            owners: crate::auth::SessionOwners::default(),
-        });
-        let scope = Scope { token: "t".into(), principal: "mira".into(), sessions: Vec::new(), pinned: None };
+        let (shared, _edge, events) = gateway(2).await;
         let notified = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
         let watcher = {
             let (notified, stop) = (Arc::clone(&notified), stop.clone());
-            tokio::spawn(watch(Arc::clone(&shared), scope, stop, move || {
+            let credential = Arc::new(Credential::new("t"));
+            tokio::spawn(watch(Arc::clone(&shared), scope(&[]), credential, stop, move || {
                 let notified = Arc::clone(&notified);
                 async move {
                     notified.fetch_add(1, Ordering::Relaxed);
@@ -146,5 +276,83 @@ mod tests {
         watcher.await.unwrap();
         assert_eq!(shared.metrics.get("events_lagged"), 1);
         assert_eq!(notified.load(Ordering::Relaxed), 1, "one re-list for the whole gap");
+    }
+
+    /// The edge's end: answers `sessions/list` for `mira`'s sessions `s1`
+    /// and `s2` to the token `fresh`, refuses the token `expired`, and
+    /// reports each lookup as (token, session asked about).
+    async fn edge(mut ws: EdgeSide, asked: tokio::sync::mpsc::UnboundedSender<(String, Option<String>)>) {
+        while let Some(Ok(Message::Text(text))) = ws.next().await {
+            let request: Value = serde_json::from_str(text.as_str()).unwrap();
+            let token = request["params"]["_meta"]["credential"].as_str().unwrap_or("").to_owned();
+            let session = request["params"]["session"].as_str().map(str::to_owned);
+            let _ = asked.send((token.clone(), session.clone()));
+            let answer = if token == "fresh" {
+                let mine: Vec<Value> = ["s1", "s2"]
+                    .into_iter()
+                    .filter(|s| session.as_deref().is_none_or(|asked| asked == *s))
+                    .map(|s| serde_json::to_value(info(s)).unwrap())
+                    .collect();
+                json!({"jsonrpc": "2.0", "id": request["id"], "result": {"sessions": mine, "reader": {"principal": "mira", "operator": false}}})
+            } else {
+                let refused = tether_contract::WireError::new(ErrorKind::Unauthenticated, "token expired");
+                json!({"jsonrpc": "2.0", "id": request["id"], "error": refused.to_json()})
+            };
+            if ws.send(Message::Text(answer.to_string().into())).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The next list_changed the watcher sends (bounded: 5 s).
+    async fn next_note(notes: &mut tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let note = tokio::time::timeout(Duration::from_secs(5), notes.recv()).await;
+        assert_eq!(note, Ok(Some(())), "a list_changed within 5 s");
+    }
+
+    /// A 2025-11-25 watcher outlives the token its session opened with: a
+    /// new device it could not ask about with the expired token still
+    /// reaches its client once the client presents a fresh one.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watcher_whose_token_expired_catches_up_when_the_client_renews_it() {
+        let (shared, edge_side, events) = gateway(16).await;
+        let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(edge(edge_side, asked_tx));
+        let (notes_tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+        let credential = Arc::new(Credential::new("expired"));
+        let stop = CancellationToken::new();
+        let watcher = tokio::spawn(watch(
+            Arc::clone(&shared),
+            scope(&["s1"]),
+            Arc::clone(&credential),
+            stop.clone(),
+            move || {
+                let notes = notes_tx.clone();
+                async move { notes.send(()).is_ok() }
+            },
+        ));
+        tokio::task::yield_now().await; // the watcher subscribes
+
+        // s2 opens while the token is expired: the lookup is refused, and the client re-lists to be safe.
+        let _ = events.send(Notification::SessionOpened(SessionOpened { session: "s2".into(), seq: 1 }));
+        next_note(&mut notes).await;
+        assert_eq!(asked.recv().await, Some(("expired".into(), Some("s2".into()))));
+        assert_eq!(shared.metrics.get("watcher_lookups_failed"), 1);
+        // Its swap before the client renews: the watcher cannot tell, and does not re-ask with the same token.
+        let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 2 }));
+        // The client's next request brings a fresh token; s2's next swap reaches the client.
+        credential.renew("fresh");
+        let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 3 }));
+        next_note(&mut notes).await;
+        assert_eq!(asked.recv().await, Some(("fresh".into(), None)), "the whole set re-read, once");
+        // From here s2 is the watcher's like any other; another user's swap says nothing.
+        let _ = events.send(Notification::ListChanged(ListChanged { session: "x9".into(), seq: 1 }));
+        let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 4 }));
+        next_note(&mut notes).await;
+        stop.cancel();
+        watcher.await.unwrap();
+        assert!(notes.try_recv().is_err(), "exactly one list_changed per move of this user's");
+        assert!(asked.try_recv().is_err(), "no lookup past the re-read");
+        assert_eq!(shared.metrics.get("watcher_lookups_failed"), 1);
     }
 }
