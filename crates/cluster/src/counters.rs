@@ -30,7 +30,7 @@ tether_counters::counters! {
         no_responders,
         /// Edges lost: silent past the edge timeout (a clean shutdown says so and is not counted here).
         edges_lost,
-        /// Calls failed with `channel_closed` because the edge holding their session was lost or never took them.
+        /// Calls (and reads) failed with `channel_closed` because the edge holding their session was lost, never took them, or did not answer a read in time.
         calls_edge_lost,
         /// Requests for other edges' sessions refused because NATS was unreachable.
         cluster_unreachable,

@@ -126,31 +126,87 @@ impl Drop for Sent<'_> {
     }
 }
 
-/// A request larger than NATS carries: the backend can shrink it.
-fn too_large(max_payload: usize) -> WireError {
-    WireError::new(
-        ErrorKind::PayloadTooLarge,
-        format!(
-            "the request is larger than the cluster carries (NATS max_payload {max_payload} bytes); send smaller arguments"
-        ),
-    )
-    .with("direction", "request")
-    .with("limit", max_payload)
+/// What a request to another edge was: a call (its arguments can shrink)
+/// or a read or resume claim (nothing the backend sent can).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Call,
+    Read,
 }
 
-/// What a backend is told when NATS refuses a request outright (neither a
-/// timeout nor no responders): too large, or the client could not send it.
-fn refused(e: &async_nats::RequestError, session: &str, max_payload: usize) -> WireError {
-    if e.kind() == async_nats::RequestErrorKind::MaxPayloadExceeded {
-        return too_large(max_payload);
+/// Why NATS refused to carry a request, from a publish or a request error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Larger than the server's `max_payload`.
+    TooLarge,
+    /// A subject the server will not take: tether built it wrong.
+    InvalidSubject,
+    /// The client could not send it (its connection's queue closed, an I/O error).
+    NotSent,
+}
+
+impl Refusal {
+    fn of_publish(kind: async_nats::client::PublishErrorKind) -> Refusal {
+        use async_nats::client::PublishErrorKind as K;
+        match kind {
+            K::MaxPayloadExceeded => Refusal::TooLarge,
+            K::InvalidSubject => Refusal::InvalidSubject,
+            K::Send => Refusal::NotSent,
+        }
     }
-    WireError::new(
-        ErrorKind::Overloaded,
-        format!("this edge could not send the request to the edge holding the session through NATS ({e}); retry in a moment"),
-    )
-    .with("retry_after_ms", 1000)
-    .with("cluster", "request_failed")
-    .with("session", session)
+
+    /// `None` for the kinds that are not a refusal (a timeout, no responders).
+    fn of_request(kind: async_nats::RequestErrorKind) -> Option<Refusal> {
+        use async_nats::RequestErrorKind as K;
+        match kind {
+            K::MaxPayloadExceeded => Some(Refusal::TooLarge),
+            K::InvalidSubject => Some(Refusal::InvalidSubject),
+            K::Other => Some(Refusal::NotSent),
+            K::TimedOut | K::NoResponders => None,
+        }
+    }
+}
+
+/// What a backend is told when NATS refuses to carry a request of `bytes`
+/// (counted as `publish_failures` by the caller): too large is
+/// `payload_too_large` with the limit, a bad subject is a bug to report, and
+/// anything else is `overloaded`, to retry.
+fn refused(
+    refusal: Refusal,
+    e: &dyn std::fmt::Display,
+    asked: Asked,
+    session: &str,
+    bytes: usize,
+    max_payload: usize,
+) -> WireError {
+    match refusal {
+        Refusal::TooLarge => {
+            let hint = match asked {
+                Asked::Call => "; send smaller arguments",
+                Asked::Read => "",
+            };
+            WireError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("the request is larger than the cluster carries (NATS max_payload {max_payload} bytes){hint}"),
+            )
+            .with("direction", "request")
+            .with("bytes", bytes)
+            .with("limit", max_payload)
+        }
+        Refusal::InvalidSubject => WireError::new(
+            ErrorKind::Internal,
+            format!("NATS refused the subject this edge built for session {session} ({e}); this is a bug in tether, and retrying will not help"),
+        )
+        .with("cluster", "invalid_subject")
+        .with("session", session),
+        Refusal::NotSent => WireError::new(
+            ErrorKind::Overloaded,
+            format!("this edge could not send the request to the edge holding the session through NATS ({e}); retry in a moment"),
+        )
+        .with("retry_after_ms", 1000)
+        .with("cluster", "request_failed")
+        .with("session", session),
+    }
 }
 
 /// Routes to [`Local`] for sessions held here and over NATS for the rest.
@@ -190,13 +246,14 @@ impl ClusterRouter {
         .with("session", session)
     }
 
+    /// `channel_closed` for a call or read whose holder went silent or away.
     fn edge_lost(&self, session: &str, why: &str) -> WireError {
         fallback!(
             self.counters().calls_edge_lost,
             warn,
             session,
             why,
-            "call failed: the edge holding the session was lost"
+            "request failed: the edge holding the session was lost"
         );
         WireError::channel_closed("edge_lost").with("session", session)
     }
@@ -230,6 +287,7 @@ impl ClusterRouter {
             return Err(self.unreachable(session));
         }
         ClusterCounters::bump(asked);
+        let bytes = payload.len();
         let request =
             async_nats::Request::new().payload(payload).timeout(Some(self.inner.config.read_timeout));
         match self.inner.client.send_request(subject, request).await {
@@ -253,12 +311,13 @@ impl ClusterRouter {
                     );
                     Self::absent(hub, session)
                 }
-                async_nats::RequestErrorKind::TimedOut => WireError::channel_closed("edge_lost")
-                    .with("session", session)
+                async_nats::RequestErrorKind::TimedOut => self
+                    .edge_lost(session, "the edge holding the session did not answer a read in time")
                     .with("after_ms", ms(self.inner.config.read_timeout)),
                 kind => {
                     fallback!(self.counters().publish_failures, warn, session, ?kind, error = %e, "request to another edge not sent: NATS refused it");
-                    refused(&e, session, self.inner.client.max_payload())
+                    let refusal = Refusal::of_request(kind).unwrap_or(Refusal::NotSent);
+                    refused(refusal, &e, Asked::Read, session, bytes, self.inner.client.max_payload())
                 }
             }),
         }
@@ -295,17 +354,17 @@ impl ClusterRouter {
         let reply = subject::reply(&self.inner.me, waiting.id);
         let request =
             CallRequest { from: self.inner.me.clone(), owner: owner.to_owned(), params, progress_token };
+        let payload = encode(&request);
+        let bytes = payload.len();
         if let Err(e) = self
             .inner
             .client
-            .publish_with_reply(subject::session_call(&session), reply.clone(), encode(&request))
+            .publish_with_reply(subject::session_call(&session), reply.clone(), payload)
             .await
         {
-            fallback!(self.counters().publish_failures, warn, session, error = %e, "could not publish a call to NATS");
-            if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
-                return Err(too_large(self.inner.client.max_payload()));
-            }
-            return Err(self.unreachable(&session));
+            fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent: NATS refused it");
+            let refusal = Refusal::of_publish(e.kind());
+            return Err(refused(refusal, &e, Asked::Call, &session, bytes, self.inner.client.max_payload()));
         }
         let mut sent = Sent { inner: &self.inner, session: &session, reply, done: false };
         let accept_by = Instant::now() + config.edge_timeout;
@@ -526,22 +585,61 @@ impl Router for ClusterRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use async_nats::client::{PublishError, PublishErrorKind};
     use async_nats::{RequestError, RequestErrorKind};
 
+    fn request_refused(kind: RequestErrorKind) -> WireError {
+        let e = RequestError::with_source(kind, "broken pipe");
+        let refusal = Refusal::of_request(kind).unwrap_or(Refusal::NotSent);
+        refused(refusal, &e, Asked::Read, "s1", 4096, 2048)
+    }
+
+    fn call_refused(kind: PublishErrorKind) -> WireError {
+        let e = PublishError::with_source(kind, "broken pipe");
+        refused(Refusal::of_publish(kind), &e, Asked::Call, "s1", 4096, 2048)
+    }
+
     #[test]
-    fn a_request_nats_will_not_carry_is_payload_too_large_with_the_limit() {
-        let err = refused(&RequestError::new(RequestErrorKind::MaxPayloadExceeded), "s1", 2048);
-        assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err:?}");
-        assert!(err.message.contains("2048"), "{}", err.message);
+    fn a_request_nats_will_not_carry_is_payload_too_large_with_its_size_and_the_limit() {
+        for err in [
+            request_refused(RequestErrorKind::MaxPayloadExceeded),
+            call_refused(PublishErrorKind::MaxPayloadExceeded),
+        ] {
+            assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err:?}");
+            assert!(err.message.contains("2048"), "{}", err.message);
+            assert_eq!(err.details.get("bytes"), Some(&serde_json::json!(4096)));
+            assert_eq!(err.details.get("limit"), Some(&serde_json::json!(2048)));
+        }
+        // Only a call's arguments can shrink; a read has none to send smaller.
+        assert!(call_refused(PublishErrorKind::MaxPayloadExceeded).message.contains("smaller arguments"));
+        assert!(!request_refused(RequestErrorKind::MaxPayloadExceeded).message.contains("arguments"));
     }
 
     #[test]
     fn a_request_the_client_could_not_send_says_so_and_when_to_retry() {
-        let e = RequestError::with_source(RequestErrorKind::Other, "broken pipe");
-        let err = refused(&e, "s1", 2048);
-        assert_eq!(err.kind, ErrorKind::Overloaded, "{err:?}");
-        assert!(err.message.contains("broken pipe") && err.message.contains("retry"), "{}", err.message);
-        assert_eq!(err.details.get("cluster"), Some(&serde_json::json!("request_failed")));
-        assert_eq!(err.details.get("session"), Some(&serde_json::json!("s1")));
+        for err in [request_refused(RequestErrorKind::Other), call_refused(PublishErrorKind::Send)] {
+            assert_eq!(err.kind, ErrorKind::Overloaded, "{err:?}");
+            assert!(err.message.contains("broken pipe") && err.message.contains("retry"), "{}", err.message);
+            assert_eq!(err.details.get("cluster"), Some(&serde_json::json!("request_failed")));
+            assert_eq!(err.details.get("session"), Some(&serde_json::json!("s1")));
+        }
+    }
+
+    #[test]
+    fn a_subject_nats_refuses_is_a_bug_to_report_not_a_retry() {
+        for err in [
+            request_refused(RequestErrorKind::InvalidSubject),
+            call_refused(PublishErrorKind::InvalidSubject),
+        ] {
+            assert_eq!(err.kind, ErrorKind::Internal, "{err:?}");
+            assert!(err.details.get("retry_after_ms").is_none(), "{err:?}");
+            assert_eq!(err.details.get("cluster"), Some(&serde_json::json!("invalid_subject")));
+        }
+    }
+
+    #[test]
+    fn a_timeout_or_no_responders_is_not_a_refusal() {
+        assert_eq!(Refusal::of_request(RequestErrorKind::TimedOut), None);
+        assert_eq!(Refusal::of_request(RequestErrorKind::NoResponders), None);
     }
 }
