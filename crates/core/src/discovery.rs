@@ -26,7 +26,7 @@ pub fn declaration() -> ToolDeclaration {
         ),
         input_schema: json!({
             "type": "object",
-            "properties": {"query": {"type": "string", "maxLength": 200}},
+            "properties": {"query": {"type": "string", "maxLength": QUERY_MAX_CHARS}},
             "additionalProperties": false
         }),
         output_schema: None,
@@ -34,9 +34,18 @@ pub fn declaration() -> ToolDeclaration {
     }
 }
 
-/// The query words of a `find_tools` call (empty when absent).
+/// The longest query `find_tools` declares, in characters; a longer one is cut there.
+pub const QUERY_MAX_CHARS: usize = 200;
+
+/// The query words of a `find_tools` call (empty when absent), cut at
+/// [`QUERY_MAX_CHARS`]: the call skips argument validation, and a search's
+/// cost grows with its words.
 pub fn query(arguments: &Value) -> &str {
-    arguments.get("query").and_then(Value::as_str).unwrap_or("")
+    let query = arguments.get("query").and_then(Value::as_str).unwrap_or("");
+    match query.char_indices().nth(QUERY_MAX_CHARS) {
+        Some((end, _)) => &query[..end],
+        None => query,
+    }
 }
 
 /// What `find_tools` answers: the found declarations, whole so the model can
@@ -82,6 +91,17 @@ impl Search {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_past_the_declared_length_is_cut_there_on_a_character_boundary() {
+        let long = "é".repeat(QUERY_MAX_CHARS + 50);
+        let arguments = json!({"query": long});
+        let cut = query(&arguments);
+        assert_eq!(cut.chars().count(), QUERY_MAX_CHARS);
+        assert_eq!(query(&json!({"query": "warm the room"})), "warm the room");
+        assert_eq!(query(&json!({})), "");
+        assert_eq!(declaration().input_schema["properties"]["query"]["maxLength"], json!(QUERY_MAX_CHARS));
+    }
 
     fn tool(name: &str, description: &str) -> ToolDeclaration {
         ToolDeclaration {

@@ -11,10 +11,11 @@
 //! Each query word is one concept: a tool scores the best of the word
 //! itself, the word's thesaurus terms ([`crate::thesaurus`]) taken together
 //! as one term at a lower weight, and the declared terms nearest it by word
-//! vector ([`crate::semantic`]) taken together at a lower weight still. A tool's score is the sum over the query's
-//! words. A declaration that calls itself deprecated is demoted. The top of
-//! the ranking is then picked greedily for coverage, so a request for
-//! several things finds a tool for each. Ranking is deterministic: equal
+//! vector ([`crate::semantic`]) taken together at a lower weight still. A
+//! tool's score is the sum over the query's words. A declaration that calls
+//! itself deprecated is demoted. The top of the ranking is then picked
+//! greedily for coverage, so a request for several things finds a tool for
+//! each. Ranking is deterministic: equal
 //! scores go by name, then by position.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -142,7 +143,9 @@ impl Index {
                 total[f] += u64::from(len[f]);
                 for word in field_words {
                     let term = stem(&word);
-                    spellings.entry(term.clone()).or_default().insert(word);
+                    if weights.semantic > 0.0 {
+                        spellings.entry(term.clone()).or_default().insert(word);
+                    }
                     let counts = tf.entry(term).or_insert([0; FIELDS]);
                     counts[f] = counts[f].saturating_add(1);
                 }
@@ -174,8 +177,8 @@ impl Index {
 
     /// The best `limit` tools for `query`, best first.
     ///
-    /// Only tools that match at least one query term (or a thesaurus term)
-    /// are returned. A query with no terms at all lists tools by name.
+    /// Only tools that match at least one query term (or a thesaurus term,
+    /// or a vector neighbour) are returned. A query with no terms at all lists tools by name.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
         let concepts = concepts(query);
         if concepts.is_empty() {
@@ -284,7 +287,7 @@ impl Index {
         // declared, they are never rarer (more telling) than it is.
         let idf = match self.postings.get(&concept.term) {
             Some(own) => self.idf(near.len()).min(self.idf(own.len())),
-            _ => self.idf(near.len()),
+            None => self.idf(near.len()),
         };
         for (doc, tf) in near {
             let s = self.weights.semantic * idf * tf / (self.weights.k1 + tf);
@@ -366,21 +369,31 @@ impl TermVectors {
     }
 }
 
-/// One word of a query and the thesaurus terms it reaches.
+/// Most distinct words of a query that are searched; the rest are ignored.
+/// A query is a few words, and each costs a scan of the declared terms' vectors.
+pub const MAX_QUERY_WORDS: usize = 32;
+
+/// One word of a query and the thesaurus terms it reaches (its vector
+/// neighbours are found against the index, see [`Index::search`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concept {
     /// The word's stem.
     pub term: String,
     /// Stems the thesaurus relates to it (may be empty).
     pub related: &'static [String],
-    /// The word as the query wrote it, lowercased, for its vector.
+    /// The word, lowercased, for its vector: as the query wrote it, or the
+    /// word a phrasal verb means ("cancel" for "call off").
     pub word: String,
 }
 
-/// A query's distinct terms, in order, each with what it reaches.
+/// A query's distinct terms, in order, each with what it reaches; at most
+/// [`MAX_QUERY_WORDS`].
 pub fn concepts(query: &str) -> Vec<Concept> {
     let mut out: Vec<Concept> = Vec::new();
     for word in kept(thesaurus::phrases(words(query))) {
+        if out.len() == MAX_QUERY_WORDS {
+            break;
+        }
         let term = stem(&word);
         if !out.iter().any(|c| c.term == term) {
             let related = thesaurus::related(&term);
@@ -545,8 +558,22 @@ mod tests {
 
     #[test]
     fn a_vector_neighbour_counts_for_less_than_the_word_itself() {
-        let tools = [tool("client__b", "Attorney on retainer."), tool("client__a", "Lawyer on retainer.")];
-        assert_eq!(ranked(&Index::build(&tools), &tools, "lawyer"), ["client__a", "client__b"]);
+        // Named so that a tie would put the neighbour first: only the score can.
+        let tools = [tool("client__a", "Attorney on retainer."), tool("client__b", "Lawyer on retainer.")];
+        let index = Index::build(&tools);
+        assert_eq!(ranked(&index, &tools, "lawyer"), ["client__b", "client__a"]);
+        let hits = index.search("lawyer", 2);
+        assert!(hits[0].score > hits[1].score && hits[1].score > 0.0, "{hits:?}");
+    }
+
+    #[test]
+    fn a_query_past_its_word_limit_is_searched_for_its_first_words_only() {
+        let tools = [tool("client__lamp", "Lamp."), tool("client__oven", "Oven.")];
+        let index = Index::build(&tools);
+        let filler: Vec<String> = (0..MAX_QUERY_WORDS - 1).map(|i| format!("zq{i}")).collect();
+        let within = format!("{} lamp oven", filler.join(" "));
+        assert_eq!(concepts(&within).len(), MAX_QUERY_WORDS);
+        assert_eq!(ranked(&index, &tools, &within), ["client__lamp"], "the 33rd word is not searched");
     }
 
     #[test]

@@ -34,7 +34,9 @@ impl Vectors {
         let count = usize::try_from(u32::from_le_bytes(rest.get(..4)?.try_into().ok()?)).ok()?;
         let dims = usize::from(u16::from_le_bytes(rest.get(4..6)?.try_into().ok()?));
         let mut at = 6;
-        let mut rows = HashMap::with_capacity(count);
+        // Each word takes at least a byte: a header claiming more is refused
+        // below without first reserving room for it.
+        let mut rows = HashMap::with_capacity(count.min(rest.len()));
         for row in 0..count {
             let len = usize::from(*rest.get(at)?);
             let word = std::str::from_utf8(rest.get(at + 1..at + 1 + len)?).ok()?;
@@ -45,7 +47,8 @@ impl Vectors {
         (dims > 0 && data.len() == count.checked_mul(dims)?).then_some(Vectors { dims, rows, data })
     }
 
-    /// The unit vector of a lowercase word, if the table holds it.
+    /// The vector of a lowercase word, if the table holds it: unit length
+    /// to within the bytes' rounding (about 1%).
     pub fn get(&self, word: &str) -> Option<Vec<f32>> {
         let row = *self.rows.get(word)?;
         let bytes = &self.data[row * self.dims..(row + 1) * self.dims];
@@ -80,7 +83,8 @@ pub fn centroid(vectors: impl IntoIterator<Item = Vec<f32>>) -> Option<Vec<f32>>
     Some(sum)
 }
 
-/// The cosine of two unit vectors.
+/// The cosine of two unit vectors (their dot product; the table's rounding
+/// moves it by about 1%).
 ///
 /// Summed in eight lanes so the compiler can vectorise it (a plain float
 /// sum must keep its order); the search runs it once per declared term for
@@ -122,5 +126,6 @@ mod tests {
         assert!(Vectors::parse(b"TVEC").is_none());
         assert!(Vectors::parse(b"NOPE\x01\x00\x00\x00\x01\x00\x01a\x7f").is_none());
         assert!(Vectors::parse(b"TVEC\x01\x00\x00\x00\x01\x00\x01a\x7f").is_some());
+        assert!(Vectors::parse(b"TVEC\xff\xff\xff\xff\x01\x00\x01a\x7f").is_none(), "a huge count");
     }
 }
