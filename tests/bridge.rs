@@ -266,6 +266,7 @@ async fn a_call_the_edge_cancels_reaches_the_server_as_a_cancellation() {
     assert_eq!(edge.hub.counters().get("cancels_sent"), 1);
     wait_until(|| record.text().contains("slow cancelled")).await;
     wait_until(|| bridge.counters().try_get("calls_cancelled_by_edge") == Some(1)).await;
+    assert_eq!(bridge.counters().try_get("calls_cancelled_by_edge"), Some(1));
     assert_eq!(bridge.counters().try_get("calls_backstopped"), Some(0));
     bridge.stop().await.unwrap();
 }
@@ -644,15 +645,21 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     let edge = LiveEdge::start().await;
     let record = Record::new("cli");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["bridge", "--edge", &edge.url, "--token", &edge.client_token("mira"), "--"])
+        .args(["bridge", "--edge", &edge.url, "--token", &edge.client_token("mira")])
+        .args(["--metrics", "127.0.0.1:0", "--"])
         .args(python_server(&record))
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // The metrics address comes first on stdout (port 0 picked one).
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let announced = tokio::time::timeout(WAIT_LIMIT, out.next_line()).await.unwrap().unwrap().unwrap();
+    let metrics_url = announced.rsplit(' ').next().unwrap().to_owned();
+    assert!(metrics_url.starts_with("http://127.0.0.1:"), "{announced}");
     // The server's stderr comes out in the bridge's log.
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let (saw_tx, saw) = oneshot::channel();
@@ -676,6 +683,17 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     assert_eq!(listed.sessions[0].server_info["name"], json!("tether-python-test"));
     let mut turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
     assert_eq!(text(&turn.call("client__echo", json!({"message": "cli"})).await.unwrap()), "Echo: cli");
+
+    // What happened shows on the bridge's own /metrics.
+    let exposition = common::http_get(&metrics_url).await.unwrap().text().await.unwrap();
+    let value = |name: &str| -> Option<u64> {
+        exposition.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert_eq!(value("tether_bridge_server_starts_total"), Some(1), "{exposition}");
+    assert_eq!(value("tether_bridge_edge_connects_total"), Some(1), "{exposition}");
+    assert_eq!(value("tether_bridge_calls_total"), Some(1), "{exposition}");
+    assert_eq!(value("tether_bridge_server_exits_total"), Some(0), "{exposition}");
+    assert!(exposition.ends_with("# EOF\n"), "{exposition}");
 
     // SIGINT stops it cleanly: the device leaves and the bridge exits 0.
     let pid = child.id().unwrap();

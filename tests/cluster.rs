@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use common::http_get as get;
 use common::processes::{NatsServer, ServeProc};
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::ErrorKind;
@@ -59,12 +60,6 @@ async fn until<F: Future<Output = bool>>(limit: Duration, what: &str, mut check:
 }
 
 /// A plain-HTTP GET of the edge's probes and metrics.
-async fn get(url: String) -> reqwest::Result<reqwest::Response> {
-    // reqwest is built without a default TLS provider; plain HTTP still needs one installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::get(url).await
-}
-
 async fn readyz(edge: &ServeProc) -> String {
     match get(format!("{}/readyz", edge.http())).await {
         Ok(r) => r.text().await.unwrap_or_default(),

@@ -362,3 +362,10 @@ pub fn python() -> String {
         })
         .clone()
 }
+
+/// A plain-HTTP GET on loopback. reqwest is built without a default TLS
+/// provider, and even plain HTTP needs one installed.
+pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::get(url).await
+}

@@ -22,7 +22,8 @@
 //!     "<a tether-client token>",
 //!     vec!["python3".into(), "server.py".into()],
 //! );
-//! tether_bridge::run(config, tokio_util::sync::CancellationToken::new()).await
+//! let counters = std::sync::Arc::new(tether_bridge::BridgeCounters::default());
+//! tether_bridge::run(config, counters, tokio_util::sync::CancellationToken::new()).await
 //! # }
 //! ```
 //!
@@ -150,11 +151,16 @@ pub struct BridgeStatus {
     pub last_close: Option<String>,
 }
 
-/// Runs the bridge until `shutdown` is cancelled (Ok) or a fatal error.
-pub async fn run(config: BridgeConfig, shutdown: CancellationToken) -> Result<(), BridgeError> {
+/// Runs the bridge until `shutdown` is cancelled (Ok) or a fatal error,
+/// counting into `counters` (which the caller may serve as metrics).
+pub async fn run(
+    config: BridgeConfig,
+    counters: Arc<BridgeCounters>,
+    shutdown: CancellationToken,
+) -> Result<(), BridgeError> {
     config.validate()?;
     let (status, _) = watch::channel(BridgeStatus::default());
-    supervisor::supervise(config, Arc::new(BridgeCounters::default()), status, shutdown).await
+    supervisor::supervise(config, counters, status, shutdown).await
 }
 
 /// A bridge running in the background of this program, stopped on drop.
