@@ -702,3 +702,74 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     assert!(status.success(), "{status}");
     wait_until(|| edge.hub.session_count() == 0).await;
 }
+
+/// Frames no edge should send are answered or ignored, never fatal, and each
+/// is counted: a binary frame, a frame that is not JSON-RPC (answered
+/// `parse_error`), a method the bridge does not serve (`method_not_found`),
+/// a cancel for no call in flight. The connection carries on (a ping after
+/// them is answered).
+#[tokio::test]
+async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (answers_tx, mut answers) = mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let (announced, _) = oneshot::channel();
+        let mut ws = accept_device(&listener, announced).await;
+        let frames = [
+            Message::binary(vec![1u8, 2, 3]),
+            Message::text("not json"),
+            Message::text(json!({"jsonrpc": "2.0", "id": 7, "method": "bogus/method"}).to_string()),
+            Message::text(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}})
+                    .to_string(),
+            ),
+            Message::text(json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}).to_string()),
+        ];
+        for frame in frames {
+            ws.send(frame).await.unwrap();
+        }
+        while let Some(Ok(message)) = ws.next().await {
+            if let Message::Text(t) = message {
+                if answers_tx.send(serde_json::from_str(t.as_str()).unwrap()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let record = Record::new("odd-frames");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let mut by_id = std::collections::BTreeMap::new();
+    while !by_id.contains_key("8") {
+        let answer = tokio::time::timeout(WAIT_LIMIT, answers.recv()).await.unwrap().unwrap();
+        by_id.insert(answer["id"].to_string(), answer);
+    }
+    assert_eq!(by_id["null"]["error"]["data"]["kind"], json!("parse_error"), "{by_id:?}");
+    assert_eq!(by_id["7"]["error"]["data"]["kind"], json!("method_not_found"), "{by_id:?}");
+    assert!(by_id["8"].get("result").is_some(), "{by_id:?}");
+    // The ping came after the others, on the same read loop: they are counted by now.
+    let counters = bridge.counters();
+    assert_eq!(counters.try_get("edge_binary_frames"), Some(1));
+    assert_eq!(counters.try_get("edge_bad_frames"), Some(1));
+    assert_eq!(counters.try_get("edge_unknown_methods"), Some(1));
+    assert_eq!(counters.try_get("edge_cancels_unmatched"), Some(1));
+    bridge.stop().await.unwrap();
+}
+
+/// An edge that is not there yet is dialled again, counted each time, with
+/// the server started and kept running meanwhile.
+#[tokio::test]
+async fn an_edge_that_is_not_there_is_redialled_and_counted() {
+    // A port that was just free: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let record = Record::new("no-edge");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let url = format!("ws://127.0.0.1:{port}");
+    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let counters = bridge.counters();
+    wait_until(|| counters.try_get("edge_connect_failures").unwrap_or(0) >= 2).await;
+    assert!(counters.try_get("edge_connect_failures").unwrap_or(0) >= 2);
+    assert_eq!(counters.try_get("edge_connects"), Some(0));
+    bridge.stop().await.unwrap();
+}
