@@ -773,3 +773,26 @@ async fn an_edge_that_is_not_there_is_redialled_and_counted() {
     assert_eq!(counters.try_get("edge_connects"), Some(0));
     bridge.stop().await.unwrap();
 }
+
+/// A call in flight when the edge connection drops is cancelled on the
+/// server (nobody is left to answer) and counted.
+#[tokio::test]
+async fn a_call_in_flight_when_the_edge_connection_drops_is_cancelled_on_the_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let record = Record::new("orphaned");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let (announced, _) = oneshot::channel();
+    let mut ws = accept_device(&listener, announced).await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"seconds": 30}}});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    wait_until(|| record.text().contains("slow started")).await;
+    drop(ws); // no close frame: the connection is simply gone
+    wait_until(|| record.text().contains("slow cancelled")).await;
+    // Counted once the server has taken the cancel.
+    wait_until(|| bridge.counters().try_get("calls_orphaned") == Some(1)).await;
+    assert_eq!(bridge.counters().try_get("calls_orphaned"), Some(1));
+    bridge.stop().await.unwrap();
+}

@@ -658,7 +658,6 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
         "server_start_failures",
         "calls_server_gone",
         "calls_unsupported_result",
-        "calls_orphaned",
         "calls_backstopped",
         "error_codes_filled",
         "list_failures",
