@@ -30,8 +30,14 @@ use tether_contract::{Budgets, ErrorKind};
 use tether_core::{Notification, Turn};
 
 const PY_INSTRUCTIONS: &str = "Tether test server on the Python MCP SDK. Call `echo` to hear a message back; `slow` waits the seconds it is given.";
-const PY_TOOLS: [&str; 5] =
-    ["client__abandon", "client__echo", "client__enable_extra", "client__reject", "client__slow"];
+const PY_TOOLS: [&str; 6] = [
+    "client__abandon",
+    "client__echo",
+    "client__enable_extra",
+    "client__fail",
+    "client__reject",
+    "client__slow",
+];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -177,7 +183,15 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         assert_eq!(err.detail("retryable"), Some(&json!(false)));
         assert!(err.message.contains("the server refused: no"), "{}", err.message);
         assert_eq!(bridge.counters().try_get("calls_server_error"), Some(1));
-        assert_eq!(bridge.counters().try_get("calls"), Some(2));
+
+        // A tool error with no code gets the one a tether device's isError result carries.
+        let err = turn.call("client__fail", json!({"reason": "no"})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::ClientError);
+        assert_eq!(err.detail("code"), Some(&json!("tool_error")), "{err:?}");
+        assert_eq!(err.detail("retryable"), Some(&json!(false)), "{err:?}");
+        assert!(err.message.contains("the tool failed: no"), "{}", err.message);
+        assert_eq!(bridge.counters().try_get("error_codes_filled"), Some(1));
+        assert_eq!(bridge.counters().try_get("calls"), Some(3));
         bridge.stop().await.unwrap();
     })
     .await;

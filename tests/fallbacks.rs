@@ -659,7 +659,6 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
         "calls_server_gone",
         "calls_unsupported_result",
         "calls_backstopped",
-        "error_codes_filled",
         "list_failures",
         "tools_unreadable",
         "tools_oversized",

@@ -10,6 +10,7 @@ real edge and the real tether-core:
   was cancelled, so a test can see a cancellation reach the server;
 - `enable_extra` adds the tool `extra` at runtime and announces it;
 - `reject` fails with a JSON-RPC error (not an `isError` result);
+- `fail` fails as a tool error: an `isError` result with text only, no code;
 - `abandon` cancels its own call from the server's side, as a misbehaving
   server might, and never answers in time.
 
@@ -21,6 +22,7 @@ import sys
 import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 
 RECORD = None
@@ -89,6 +91,12 @@ async def abandon(ctx: Context) -> str:
     note(f"abandon cancelled id={ctx.request_id} from the server side")
     await anyio.sleep(5)
     return "too late"
+
+
+@mcp.tool()
+def fail(reason: str) -> str:
+    """Always fails as a tool error: an isError result with text only."""
+    raise ToolError(f"the tool failed: {reason}")
 
 
 @mcp.tool()
