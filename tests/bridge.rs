@@ -810,3 +810,19 @@ async fn a_call_in_flight_when_the_edge_connection_drops_is_cancelled_on_the_ser
     assert_eq!(bridge.counters().try_get("calls_orphaned"), Some(1));
     bridge.stop().await.unwrap();
 }
+
+/// A server that starts but never finishes its MCP handshake (it exits at
+/// once) is not fatal: the bridge counts it and tries again with backoff,
+/// and never connects to the edge for it.
+#[tokio::test]
+async fn a_server_that_exits_before_its_handshake_is_retried_and_counted() {
+    let edge = LiveEdge::start().await;
+    let bridge = Bridge::start(config(&edge, vec![python(), "-c".into(), "pass".into()])).unwrap();
+    let counters = bridge.counters();
+    wait_until(|| counters.try_get("server_start_failures").unwrap_or(0) >= 2).await;
+    assert!(counters.try_get("server_start_failures").unwrap_or(0) >= 2);
+    assert_eq!(counters.try_get("server_starts"), Some(0));
+    assert_eq!(counters.try_get("edge_connects"), Some(0));
+    assert_eq!(edge.hub.session_count(), 0);
+    bridge.stop().await.unwrap();
+}
