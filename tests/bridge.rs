@@ -826,3 +826,59 @@ async fn a_server_that_exits_before_its_handshake_is_retried_and_counted() {
     assert_eq!(edge.hub.session_count(), 0);
     bridge.stop().await.unwrap();
 }
+
+/// Tools the edge drops under its caps are told back to the bridge, which
+/// counts and logs each; the kept ones are callable.
+#[tokio::test]
+async fn tools_the_edge_drops_under_its_caps_are_counted_by_the_bridge() {
+    let mut edge_config = test_config();
+    edge_config.caps.max_tools = 4;
+    let edge = LiveEdge::start_with(edge_config).await;
+    let record = Record::new("dropped");
+    let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
+    let session = session(&bridge).await;
+    assert_eq!(PY_TOOLS.len(), 6);
+    wait_until(|| bridge.counters().try_get("tools_dropped_by_edge") == Some(2)).await;
+    assert_eq!(bridge.counters().try_get("tools_dropped_by_edge"), Some(2), "6 tools, 4 kept");
+    let link = edge.backend().await;
+    let turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
+    assert_eq!(names(&turn).len(), 4, "the edge kept what its cap allows");
+    bridge.stop().await.unwrap();
+}
+
+/// Under `DeadlinePolicy::Edge` the bridge waits for the edge's cancel; an
+/// edge that never sends one past the deadline is backstopped: the call is
+/// cancelled on the server and answered as a timeout, counted.
+#[tokio::test]
+async fn a_call_the_edge_never_cancels_is_backstopped_past_its_deadline() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let record = Record::new("backstop");
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let mut bridge_config = BridgeConfig::new(url, token, python_server(&record));
+    bridge_config.deadline = DeadlinePolicy::Edge;
+    let bridge = Bridge::start(bridge_config).unwrap();
+    let (announced, _) = oneshot::channel();
+    let mut ws = accept_device(&listener, announced).await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"seconds": 30}, "_meta": {"tether.dev/deadline_ms": 100}}});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    let answer = tokio::time::timeout(WAIT_LIMIT, async {
+        loop {
+            if let Some(Ok(Message::Text(t))) = ws.next().await {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == json!(5) {
+                    break v;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["code"], json!("server_timeout"), "{answer}");
+    wait_until(|| record.text().contains("slow cancelled")).await;
+    assert_eq!(bridge.counters().try_get("calls_backstopped"), Some(1));
+    assert_eq!(bridge.counters().try_get("calls_timed_out"), Some(0));
+    bridge.stop().await.unwrap();
+}

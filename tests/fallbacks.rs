@@ -657,11 +657,9 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
     let untested = [
         "calls_server_gone",
         "calls_unsupported_result",
-        "calls_backstopped",
         "list_failures",
         "tools_unreadable",
         "tools_oversized",
-        "tools_dropped_by_edge",
         "stale_cursors",
         "instructions_truncated",
         "subscription_failures",
