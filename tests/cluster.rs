@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use common::http_get as get;
 use common::processes::{NatsServer, ServeProc};
 use tether_contract::backend::{CallMeta, CallParams};
-use tether_contract::ErrorKind;
+use tether_contract::{ErrorKind, WireError};
 use tether_core::{BackendLink, Notification};
 use tether_harness::device::tool;
 use tether_harness::{Behavior, DeviceSpec, SimDevice, SimHandle};
@@ -484,4 +485,42 @@ async fn an_edge_that_boots_without_nats_serves_its_own_sessions_and_joins_when_
         on_a.call(call(&remote, "mira"), BUDGET).await.is_ok()
     })
     .await;
+}
+
+/// A session moving between edges (its device resuming elsewhere) is held by
+/// neither for a moment: the old holder has let go and the new one has not
+/// subscribed yet. A third edge's call in that moment waits for the new
+/// holder instead of answering `session_not_found` for a session that exists.
+/// Here an impostor edge `z` announces the session and subscribes as its
+/// holder only once edge `a` has found nobody holding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_a_session_between_holders_waits_for_the_new_one() {
+    let nats = NatsServer::start();
+    let a = ServeProc::start(&nats.url(), "a");
+    joined(&[&a]).await;
+    let on_a = std::sync::Arc::new(backend_on(&a).await);
+    let z = async_nats::connect(nats.url()).await.unwrap();
+    let session = "moving-session-1";
+    let opened = json!({"edge": "z", "event": "session_opened", "params": {"session": session, "seq": 1}});
+    z.publish("tether.events", opened.to_string().into()).await.unwrap();
+    z.flush().await.unwrap();
+    until(SHORT, "a hears z's session", || async { cluster(&a, "events_received").await >= 1 }).await;
+
+    let (link, s) = (std::sync::Arc::clone(&on_a), session.to_owned());
+    let calling = tokio::spawn(async move { link.call(call(&s, "mira"), BUDGET).await });
+    until(SHORT, "a asks and finds no holder", || async { cluster(&a, "no_responders").await >= 1 }).await;
+
+    let mut held = z.queue_subscribe(format!("tether.s.{session}.*"), "holder".into()).await.unwrap();
+    z.flush().await.unwrap();
+    let request = tokio::time::timeout(SHORT, held.next()).await.expect("a asked again").unwrap();
+    assert_eq!(request.subject.as_str(), format!("tether.s.{session}.call"));
+    let refused = WireError::new(ErrorKind::Forbidden, "held by z now");
+    let done = json!({"type": "done", "outcome": {"err": refused.to_json()}});
+    z.publish(request.reply.unwrap(), done.to_string().into()).await.unwrap();
+    z.flush().await.unwrap();
+
+    let err = calling.await.unwrap().expect_err("z's answer, not a result");
+    assert_eq!(err.kind, ErrorKind::Forbidden, "the new holder answered, not session_not_found: {err:?}");
+    assert_eq!(err.message, "held by z now");
+    assert_eq!(cluster(&a, "moves_awaited").await, 1);
 }

@@ -26,8 +26,10 @@ tether_counters::counters! {
         nats_connects,
     }
     fallbacks {
-        /// Requests for a session no edge holds (NATS had no responders): `session_not_found` at once.
+        /// Requests for a session no edge holds (NATS had no responders): `session_not_found` at once, unless another edge announced it.
         no_responders,
+        /// Requests that found no edge answering for a session another edge announced, and asked again for up to 500 ms while it may be moving edges.
+        moves_awaited,
         /// Edges lost: silent past the edge timeout (a clean shutdown says so and is not counted here).
         edges_lost,
         /// Calls (and reads) failed with `channel_closed` because the edge holding their session was lost, never took them, or did not answer a read in time.

@@ -26,6 +26,7 @@ use tether_edge::router::{Local, Reader, Routed, Router};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
+use tracing::debug;
 
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
@@ -209,6 +210,14 @@ fn refused(
     }
 }
 
+/// How long a request for a session another edge announced keeps asking
+/// when no edge answers for it: a session moving between edges (a device
+/// resuming elsewhere) is held by neither for a moment, between the old
+/// holder letting go and the new one subscribing.
+const MOVE_WAIT: Duration = Duration::from_millis(500);
+/// How often it asks again meanwhile.
+const MOVE_RETRY: Duration = Duration::from_millis(20);
+
 /// Routes to [`Local`] for sessions held here and over NATS for the rest.
 #[derive(Debug)]
 pub(crate) struct ClusterRouter {
@@ -258,6 +267,24 @@ impl ClusterRouter {
         WireError::channel_closed("edge_lost").with("session", session)
     }
 
+    /// After no responders: true (having waited [`MOVE_RETRY`]) when the
+    /// request should be sent again because another edge announced the
+    /// session and it may be moving, for up to [`MOVE_WAIT`] from the first
+    /// miss (`since`); false when the session is simply absent.
+    async fn awaits_move(&self, session: &str, since: &mut Option<Instant>) -> bool {
+        let Some(announced_by) = lock(&self.inner.remote).get(session).cloned() else { return false };
+        let first = *since.get_or_insert_with(|| {
+            fallback!(self.counters().moves_awaited, info, session, %announced_by, "no edge answers for a session another edge announced; asking again while it may be moving edges");
+            Instant::now()
+        });
+        if first.elapsed() >= MOVE_WAIT {
+            debug!(session, %announced_by, "still no edge answers for the session; it is not found");
+            return false;
+        }
+        tokio::time::sleep(MOVE_RETRY).await;
+        true
+    }
+
     /// A read of a session another edge holds.
     async fn read<T: DeserializeOwned>(
         &self,
@@ -288,20 +315,27 @@ impl ClusterRouter {
         }
         ClusterCounters::bump(asked);
         let bytes = payload.len();
-        let request =
-            async_nats::Request::new().payload(payload).timeout(Some(self.inner.config.read_timeout));
-        match self.inner.client.send_request(subject, request).await {
-            Ok(message) => match parse::<Answer>(&message.payload, self.inner.config.max_message) {
-                Ok(answer) => answer.into_result(),
-                Err(e) => {
-                    fallback!(self.counters().bad_messages, warn, session, error = %e, "answer from another edge dropped");
-                    Err(WireError::new(
-                        ErrorKind::Internal,
-                        format!("the edge holding the session answered with a bad message: {e}"),
-                    ))
+        let mut moving = None;
+        loop {
+            let request = async_nats::Request::new()
+                .payload(payload.clone())
+                .timeout(Some(self.inner.config.read_timeout));
+            let e = match self.inner.client.send_request(subject.clone(), request).await {
+                Ok(message) => {
+                    return match parse::<Answer>(&message.payload, self.inner.config.max_message) {
+                        Ok(answer) => answer.into_result(),
+                        Err(e) => {
+                            fallback!(self.counters().bad_messages, warn, session, error = %e, "answer from another edge dropped");
+                            Err(WireError::new(
+                                ErrorKind::Internal,
+                                format!("the edge holding the session answered with a bad message: {e}"),
+                            ))
+                        }
+                    };
                 }
-            },
-            Err(e) => Err(match e.kind() {
+                Err(e) => e,
+            };
+            return Err(match e.kind() {
                 async_nats::RequestErrorKind::NoResponders => {
                     fallback!(
                         self.counters().no_responders,
@@ -309,6 +343,9 @@ impl ClusterRouter {
                         session,
                         "request for a session no edge holds"
                     );
+                    if self.awaits_move(session, &mut moving).await {
+                        continue;
+                    }
                     Self::absent(hub, session)
                 }
                 async_nats::RequestErrorKind::TimedOut => self
@@ -319,7 +356,7 @@ impl ClusterRouter {
                     let refusal = Refusal::of_request(kind).unwrap_or(Refusal::NotSent);
                     refused(refusal, &e, Asked::Read, session, bytes, self.inner.client.max_payload())
                 }
-            }),
+            });
         }
     }
 
@@ -359,7 +396,7 @@ impl ClusterRouter {
         if let Err(e) = self
             .inner
             .client
-            .publish_with_reply(subject::session_call(&session), reply.clone(), payload)
+            .publish_with_reply(subject::session_call(&session), reply.clone(), payload.clone())
             .await
         {
             fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent: NATS refused it");
@@ -370,13 +407,14 @@ impl ClusterRouter {
         let accept_by = Instant::now() + config.edge_timeout;
         let mut holder: Option<watch::Receiver<bool>> = None;
         let mut connection = self.inner.metrics.connection.subscribe();
+        let mut moving = None;
         loop {
+            let mut unheld = false;
             tokio::select! {
                 incoming = waiting.rx.recv() => match incoming {
                     Some(Incoming::NoResponders) => {
-                        sent.done = true;
                         fallback!(self.counters().no_responders, debug, session, "call for a session no edge holds");
-                        return Err(Self::absent(hub, &session));
+                        unheld = true;
                     }
                     Some(Incoming::Reply(Reply::Accepted { edge })) => holder = Some(self.inner.members.watch(&edge)),
                     Some(Incoming::Reply(Reply::Done { outcome })) => {
@@ -400,6 +438,23 @@ impl ClusterRouter {
                     return Err(WireError::timeout(Leg::ToolCall, ms(leg))
                         .with("cluster", "the edge holding the session did not answer within the call's legs and the hop"));
                 }
+            }
+            if unheld {
+                // No edge received it, so sending it again cannot run it twice.
+                if self.awaits_move(&session, &mut moving).await {
+                    let again = subject::session_call(&session);
+                    if self
+                        .inner
+                        .client
+                        .publish_with_reply(again, sent.reply.clone(), payload.clone())
+                        .await
+                        .is_ok()
+                    {
+                        continue;
+                    }
+                }
+                sent.done = true;
+                return Err(Self::absent(hub, &session));
             }
         }
     }
