@@ -717,6 +717,17 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     wait_until(|| edge.hub.session_count() == 0).await;
 }
 
+/// A stand-in edge's listener on loopback, and a configuration for a bridge
+/// that dials it with the Python server (noting into the returned record).
+async fn stand_in_edge(test: &str) -> (tokio::net::TcpListener, BridgeConfig, Record) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let record = Record::new(test);
+    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
+    let config = BridgeConfig::new(url, token, python_server(&record));
+    (listener, config, record)
+}
+
 /// Frames no edge should send are answered or ignored, never fatal, and each
 /// is counted: a binary frame, a frame that is not JSON-RPC (answered
 /// `parse_error`), a method the bridge does not serve (`method_not_found`),
@@ -724,8 +735,7 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
 /// them is answered).
 #[tokio::test]
 async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (listener, config, _record) = stand_in_edge("odd-frames").await;
     let (answers_tx, mut answers) = mpsc::unbounded_channel::<Value>();
     tokio::spawn(async move {
         let (announced, _) = oneshot::channel();
@@ -751,9 +761,7 @@ async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
             }
         }
     });
-    let record = Record::new("odd-frames");
-    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
-    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let bridge = Bridge::start(config).unwrap();
     let mut by_id = std::collections::BTreeMap::new();
     while !by_id.contains_key("8") {
         let answer = tokio::time::timeout(WAIT_LIMIT, answers.recv()).await.unwrap().unwrap();
@@ -792,11 +800,8 @@ async fn an_edge_that_is_not_there_is_redialled_and_counted() {
 /// server (nobody is left to answer) and counted.
 #[tokio::test]
 async fn a_call_in_flight_when_the_edge_connection_drops_is_cancelled_on_the_server() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let record = Record::new("orphaned");
-    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
-    let bridge = Bridge::start(BridgeConfig::new(url, token, python_server(&record))).unwrap();
+    let (listener, config, record) = stand_in_edge("orphaned").await;
+    let bridge = Bridge::start(config).unwrap();
     let (announced, _) = oneshot::channel();
     let mut ws = accept_device(&listener, announced).await;
     let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
@@ -851,13 +856,9 @@ async fn tools_the_edge_drops_under_its_caps_are_counted_by_the_bridge() {
 /// cancelled on the server and answered as a timeout, counted.
 #[tokio::test]
 async fn a_call_the_edge_never_cancels_is_backstopped_past_its_deadline() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let record = Record::new("backstop");
-    let token = common::keys().issue("mira", "tether-client", Duration::from_secs(600)).unwrap();
-    let mut bridge_config = BridgeConfig::new(url, token, python_server(&record));
-    bridge_config.deadline = DeadlinePolicy::Edge;
-    let bridge = Bridge::start(bridge_config).unwrap();
+    let (listener, mut config, record) = stand_in_edge("backstop").await;
+    config.deadline = DeadlinePolicy::Edge;
+    let bridge = Bridge::start(config).unwrap();
     let (announced, _) = oneshot::channel();
     let mut ws = accept_device(&listener, announced).await;
     let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",

@@ -340,6 +340,14 @@ mod tests {
         assert_eq!(shared.metrics.get("watcher_lookups_failed"), 1);
         // Its swap before the client renews: the watcher cannot tell, and does not re-ask with the same token.
         let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 2 }));
+        // One thread: once the event has left the queue, the watcher has read the credential for it.
+        for _ in 0..100 {
+            if events.is_empty() {
+                break;
+            }
+            tokio::task::yield_now().await; // bounded: the watcher needs a poll or two
+        }
+        assert!(events.is_empty(), "the watcher took the swap before the renewal");
         // The client's next request brings a fresh token; s2's next swap reaches the client.
         credential.renew("fresh");
         let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 3 }));
