@@ -496,7 +496,8 @@ async fn an_edge_that_boots_without_nats_serves_its_own_sessions_and_joins_when_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_for_a_session_between_holders_waits_for_the_new_one() {
     let nats = NatsServer::start();
-    let a = ServeProc::start(&nats.url(), "a");
+    // The longest wait the edge timeout allows: the impostor reacts to a polled counter.
+    let a = ServeProc::start_with(&nats.url(), "a", "edge_timeout_ms = 5000\nmove_wait_ms = 4000");
     joined(&[&a]).await;
     let on_a = std::sync::Arc::new(backend_on(&a).await);
     let z = async_nats::connect(nats.url()).await.unwrap();

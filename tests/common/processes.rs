@@ -119,10 +119,16 @@ pub struct ServeProc {
 impl ServeProc {
     /// Starts an edge named `name` in the cluster on `nats`, on a free port.
     pub fn start(nats: &str, name: &str) -> ServeProc {
+        ServeProc::start_with(nats, name, "")
+    }
+
+    /// [`ServeProc::start`] with more `[cluster]` lines (e.g. `move_wait_ms = 900`).
+    pub fn start_with(nats: &str, name: &str, cluster: &str) -> ServeProc {
         let unique = format!("tether-cluster-{}-{name}-{}", std::process::id(), rand_suffix());
         let data = std::env::temp_dir().join(unique);
         std::fs::create_dir_all(&data).expect("data dir");
-        std::fs::write(data.join("tether.toml"), format!("[cluster]\nname = \"{name}\"\n")).expect("config");
+        let config = format!("[cluster]\nname = \"{name}\"\n{cluster}\n");
+        std::fs::write(data.join("tether.toml"), config).expect("config");
         let (url, proc) = ServeProc::spawn(nats, &data, "127.0.0.1:0");
         ServeProc { url, proc, nats: nats.to_owned(), data }
     }

@@ -28,7 +28,7 @@ tether_counters::counters! {
     fallbacks {
         /// Requests for a session no edge holds (NATS had no responders): `session_not_found` at once, unless another edge announced it.
         no_responders,
-        /// Requests that found no edge answering for a session another edge announced, and asked again for up to 500 ms while it may be moving edges.
+        /// Requests that found no edge answering for a session another edge announced, and asked again for up to the move wait while it may be moving edges.
         moves_awaited,
         /// Edges lost: silent past the edge timeout (a clean shutdown says so and is not counted here).
         edges_lost,

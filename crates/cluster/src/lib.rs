@@ -58,6 +58,10 @@ pub struct ClusterConfig {
     pub hop: Duration,
     /// How long a read of another edge's session, or the gathered list, waits.
     pub read_timeout: Duration,
+    /// How long a request for a session another edge announced keeps asking
+    /// when no edge answers: a session moving between edges (its device
+    /// resuming elsewhere) is held by neither for a moment.
+    pub move_wait: Duration,
     /// Largest message accepted from the cluster side, in bytes.
     pub max_message: usize,
 }
@@ -72,6 +76,7 @@ impl ClusterConfig {
             edge_timeout: Duration::from_millis(1000),
             hop: Duration::from_millis(500),
             read_timeout: Duration::from_millis(1000),
+            move_wait: Duration::from_millis(500),
             max_message: 1 << 20,
         }
     }
@@ -88,6 +93,10 @@ impl ClusterConfig {
         }
         if self.hop.is_zero() || self.hop >= budgets.headroom {
             return Err(ClusterError::Hop { hop: self.hop, headroom: budgets.headroom });
+        }
+        // A call waiting for a moving session must still be taken within the edge timeout.
+        if self.move_wait >= self.edge_timeout {
+            return Err(ClusterError::MoveWait { wait: self.move_wait, timeout: self.edge_timeout });
         }
         Ok(())
     }
@@ -114,6 +123,14 @@ pub enum ClusterError {
         hop: Duration,
         /// The headroom it is taken from.
         headroom: Duration,
+    },
+    /// The wait for a moving session does not fit inside the edge timeout.
+    #[error("the move wait {wait:?} must be shorter than the edge timeout {timeout:?}")]
+    MoveWait {
+        /// The move wait.
+        wait: Duration,
+        /// The edge timeout.
+        timeout: Duration,
     },
     /// The NATS address is not one.
     #[error("NATS {url}: {source}")]
@@ -275,5 +292,27 @@ fn connection_event(metrics: &ClusterMetrics, url: &str, event: &async_nats::Eve
             fallback!(metrics.counters.nats_disconnects, warn, nats = %url, "lost NATS: serving this edge's sessions only until it returns");
         }
         other => tracing::debug!(nats = %url, event = %other, "NATS client event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_that_contradict_each_other_are_refused_at_boot() {
+        let budgets = Budgets::default();
+        let ok = ClusterConfig::new("nats://127.0.0.1:4222");
+        assert!(ok.validate(&budgets).is_ok());
+        let sparse = ClusterConfig { heartbeat: ok.edge_timeout, ..ClusterConfig::new("n") };
+        assert!(matches!(sparse.validate(&budgets), Err(ClusterError::Heartbeat { .. })));
+        let wide = ClusterConfig { hop: budgets.headroom, ..ClusterConfig::new("n") };
+        assert!(matches!(wide.validate(&budgets), Err(ClusterError::Hop { .. })));
+        // A call waiting for a moving session would be lost to the edge timeout first.
+        let long = ClusterConfig { move_wait: ok.edge_timeout, ..ClusterConfig::new("n") };
+        let refused = long.validate(&budgets);
+        assert!(matches!(refused, Err(ClusterError::MoveWait { .. })), "{refused:?}");
+        let named = ClusterConfig { name: Some("a.b".into()), ..ClusterConfig::new("n") };
+        assert!(matches!(named.validate(&budgets), Err(ClusterError::Name(_))));
     }
 }

@@ -210,12 +210,9 @@ fn refused(
     }
 }
 
-/// How long a request for a session another edge announced keeps asking
-/// when no edge answers for it: a session moving between edges (a device
-/// resuming elsewhere) is held by neither for a moment, between the old
-/// holder letting go and the new one subscribing.
-const MOVE_WAIT: Duration = Duration::from_millis(500);
-/// How often it asks again meanwhile.
+/// How often a request for a session that may be moving between edges asks
+/// again (for up to `ClusterConfig::move_wait`): a session moving is held by
+/// neither edge between the old holder letting go and the new one subscribing.
 const MOVE_RETRY: Duration = Duration::from_millis(20);
 
 /// Routes to [`Local`] for sessions held here and over NATS for the rest.
@@ -269,15 +266,15 @@ impl ClusterRouter {
 
     /// After no responders: true (having waited [`MOVE_RETRY`]) when the
     /// request should be sent again because another edge announced the
-    /// session and it may be moving, for up to [`MOVE_WAIT`] from the first
-    /// miss (`since`); false when the session is simply absent.
+    /// session and it may be moving, for up to the configured move wait from
+    /// the first miss (`since`); false when the session is simply absent.
     async fn awaits_move(&self, session: &str, since: &mut Option<Instant>) -> bool {
         let Some(announced_by) = lock(&self.inner.remote).get(session).cloned() else { return false };
         let first = *since.get_or_insert_with(|| {
             fallback!(self.counters().moves_awaited, info, session, %announced_by, "no edge answers for a session another edge announced; asking again while it may be moving edges");
             Instant::now()
         });
-        if first.elapsed() >= MOVE_WAIT {
+        if first.elapsed() >= self.inner.config.move_wait {
             debug!(session, %announced_by, "still no edge answers for the session; it is not found");
             return false;
         }

@@ -170,6 +170,7 @@ impl Resolved {
             t.insert("edge_timeout_ms".into(), Value::from(ms(cluster.edge_timeout) as i64));
             t.insert("hop_ms".into(), Value::from(ms(cluster.hop) as i64));
             t.insert("read_timeout_ms".into(), Value::from(ms(cluster.read_timeout) as i64));
+            t.insert("move_wait_ms".into(), Value::from(ms(cluster.move_wait) as i64));
             let mut wrapper = Table::new();
             wrapper.insert("cluster".into(), Value::Table(t));
             out.push('\n');
@@ -266,6 +267,7 @@ struct ClusterSection {
     edge_timeout_ms: Option<u64>,
     hop_ms: Option<u64>,
     read_timeout_ms: Option<u64>,
+    move_wait_ms: Option<u64>,
 }
 
 impl ClusterSection {
@@ -280,6 +282,7 @@ impl ClusterSection {
         c.edge_timeout = ms(self.edge_timeout_ms, c.edge_timeout);
         c.hop = ms(self.hop_ms, c.hop);
         c.read_timeout = ms(self.read_timeout_ms, c.read_timeout);
+        c.move_wait = ms(self.move_wait_ms, c.move_wait);
         c
     }
 }
