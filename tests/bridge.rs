@@ -748,6 +748,10 @@ async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
                 json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}})
                     .to_string(),
             ),
+            Message::text(
+                json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"cursor": "bogus"}})
+                    .to_string(),
+            ),
             Message::text(json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}).to_string()),
         ];
         for frame in frames {
@@ -763,7 +767,8 @@ async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
     });
     let bridge = Bridge::start(config).unwrap();
     let mut by_id = std::collections::BTreeMap::new();
-    while !by_id.contains_key("8") {
+    // tools/list is answered off the read loop, so its answer may come after the ping's.
+    while !(by_id.contains_key("8") && by_id.contains_key("9")) {
         let frame = tokio::time::timeout(WAIT_LIMIT, answers.recv()).await.unwrap().unwrap();
         // Answers only: a notification the bridge sends has no id either.
         if frame.get("result").is_some() || frame.get("error").is_some() {
@@ -772,13 +777,16 @@ async fn frames_no_edge_should_send_are_answered_or_ignored_and_counted() {
     }
     assert_eq!(by_id["null"]["error"]["data"]["kind"], json!("parse_error"), "{by_id:?}");
     assert_eq!(by_id["7"]["error"]["data"]["kind"], json!("method_not_found"), "{by_id:?}");
+    assert_eq!(by_id["9"]["error"]["data"]["kind"], json!("invalid_params"), "{by_id:?}");
     assert!(by_id["8"].get("result").is_some(), "{by_id:?}");
-    // The ping came after the others, on the same read loop: they are counted by now.
+    // The ping came after the others, on the same read loop: they are counted by now
+    // (the cursor's too: its answer is in).
     let counters = bridge.counters();
     assert_eq!(counters.try_get("edge_binary_frames"), Some(1));
     assert_eq!(counters.try_get("edge_bad_frames"), Some(1));
     assert_eq!(counters.try_get("edge_unknown_methods"), Some(1));
     assert_eq!(counters.try_get("edge_cancels_unmatched"), Some(1));
+    assert_eq!(counters.try_get("stale_cursors"), Some(1));
     bridge.stop().await.unwrap();
 }
 
@@ -884,5 +892,26 @@ async fn a_call_the_edge_never_cancels_is_backstopped_past_its_deadline() {
     wait_until(|| record.text().contains("slow cancelled")).await;
     assert_eq!(bridge.counters().try_get("calls_backstopped"), Some(1));
     assert_eq!(bridge.counters().try_get("calls_timed_out"), Some(0));
+    bridge.stop().await.unwrap();
+}
+
+/// A server whose tool or instructions cannot fit one frame still becomes a
+/// device: the tool is left out and the instructions are cut, each counted.
+#[tokio::test]
+async fn a_tool_or_instructions_too_large_for_a_frame_are_left_out_or_cut_and_counted() {
+    let edge = LiveEdge::start().await;
+    let record = Record::new("oversized");
+    let mut command = python_server(&record);
+    command.push("--oversized".into());
+    let bridge = Bridge::start(config(&edge, command)).unwrap();
+    let session = session(&bridge).await;
+    let link = edge.backend().await;
+    let turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
+    assert_eq!(names(&turn), PY_TOOLS, "the huge tool is not declared; the rest are");
+    let said = turn.manifest().unwrap().instructions.clone().unwrap_or_default();
+    assert!(said.starts_with("Tether test server on the Python MCP SDK"), "the cut keeps the start");
+    assert!(said.len() < 15_360, "cut to fit one frame: {} bytes", said.len());
+    assert_eq!(bridge.counters().try_get("tools_oversized"), Some(1));
+    assert_eq!(bridge.counters().try_get("instructions_truncated"), Some(1));
     bridge.stop().await.unwrap();
 }

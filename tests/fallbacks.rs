@@ -659,9 +659,6 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
         "calls_unsupported_result",
         "list_failures",
         "tools_unreadable",
-        "tools_oversized",
-        "stale_cursors",
-        "instructions_truncated",
         "subscription_failures",
     ];
     check_counters_but(

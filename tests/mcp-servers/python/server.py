@@ -14,7 +14,10 @@ real edge and the real tether-core:
 - `abandon` cancels its own call from the server's side, as a misbehaving
   server might, and never answers in time.
 
-Usage: server.py [--record PATH]
+With `--oversized` it also declares `huge`, a tool too large for any
+`tools/list` frame, and its instructions run past one frame too.
+
+Usage: server.py [--record PATH] [--oversized]
 """
 
 import sys
@@ -33,6 +36,9 @@ INSTRUCTIONS = (
     "Tether test server on the Python MCP SDK. Call `echo` to hear a message back; "
     "`slow` waits the seconds it is given."
 )
+OVERSIZED = "--oversized" in sys.argv
+if OVERSIZED:
+    INSTRUCTIONS += " More." * 4000  # past the edge's 15,360-byte frame
 
 mcp = MCPServer("tether-python-test", version="2.3.0-test", instructions=INSTRUCTIONS)
 
@@ -103,6 +109,14 @@ def fail(reason: str) -> str:
 def reject(reason: str) -> str:
     """Always fails with a JSON-RPC error."""
     raise MCPError(code=-32603, message=f"the server refused: {reason}")
+
+
+if OVERSIZED:
+
+    def huge() -> str:
+        return "never declared"
+
+    mcp.add_tool(huge, name="huge", description="Too large. " * 2000)
 
 
 if __name__ == "__main__":
