@@ -7,6 +7,10 @@
  * request is answered with the earlier run's result instead, waiting for it
  * if it is still running.
  *
+ * A run that outlives its connection keeps reporting progress: the
+ * re-delivery waiting on it follows the reports and sends them under its own
+ * progress token on its own socket.
+ *
  * The memory is bounded and forgets predictably: the newest `maxKeys` keys
  * by arrival, each for `ttlMs` after its handler finished. A run that ended
  * without a result to repeat (cancelled, aborted by a disconnect or `close()`,
@@ -15,6 +19,7 @@
  */
 
 import type { AbortWhy } from './errors.js';
+import type { JsonObject } from './json.js';
 import type { CallOutcome, CallToolResult } from './types.js';
 
 /** How many keys are remembered. */
@@ -31,6 +36,17 @@ export interface Replay {
 /** How a run ended: an answer to repeat, or why there is none. */
 export type RunEnd = Replay | AbortWhy;
 
+/** One progress report of a run, without the token it was first sent under. */
+export type ProgressReport = JsonObject;
+
+/** What the session running a key's handler tells the memory. */
+export interface RunReporter {
+  /** A progress report the handler made (passed on to whoever follows the run). */
+  progress(report: ProgressReport): void;
+  /** How the run ended; called once. */
+  end(end: RunEnd): void;
+}
+
 /** One key's run. */
 export interface KeyedRun {
   /** The device-side tool name it ran; a key reused for another tool is not the same call. */
@@ -39,6 +55,8 @@ export interface KeyedRun {
   readonly done: Promise<RunEnd>;
   /** The answer, once the run finished with one. */
   readonly replay: Replay | undefined;
+  /** Hears the run's progress reports from now on; returns the function that stops it. */
+  follow(listener: (report: ProgressReport) => void): () => void;
 }
 
 interface Entry extends KeyedRun {
@@ -46,6 +64,7 @@ interface Entry extends KeyedRun {
   finishedAt: number | undefined;
   /** Stops the run; set while it runs. */
   abort: ((why: AbortWhy) => void) | undefined;
+  followers: Set<(report: ProgressReport) => void>;
 }
 
 export class KeyedCalls {
@@ -78,27 +97,38 @@ export class KeyedCalls {
 
   /**
    * Records that `key`'s handler starts (replacing whatever the key named
-   * before). Returns the function to call once with how the run ended.
+   * before). Returns where the run reports its progress and, once, its end.
    */
-  start(key: string, name: string, abort: (why: AbortWhy) => void): (end: RunEnd) => void {
+  start(key: string, name: string, abort: (why: AbortWhy) => void): RunReporter {
     let settle!: (end: RunEnd) => void;
     const done = new Promise<RunEnd>((resolve) => {
       settle = resolve;
     });
-    const entry: Entry = { name, done, replay: undefined, finishedAt: undefined, abort };
+    const followers = new Set<(report: ProgressReport) => void>();
+    const follow = (listener: (report: ProgressReport) => void): (() => void) => {
+      followers.add(listener);
+      return () => followers.delete(listener);
+    };
+    const entry: Entry = { name, done, replay: undefined, finishedAt: undefined, abort, followers, follow };
     this.#entries.delete(key);
     this.#entries.set(key, entry);
     this.#prune();
-    return (end) => {
-      entry.abort = undefined;
-      if (typeof end === 'string' || end.outcome === 'timeout') {
-        // Nothing worth repeating: the next request under this key runs the handler again.
-        if (this.#entries.get(key) === entry) this.#entries.delete(key);
-      } else {
-        entry.replay = end;
-        entry.finishedAt = this.#now();
-      }
-      settle(end);
+    return {
+      progress: (report) => {
+        for (const listener of [...followers]) listener(report);
+      },
+      end: (end) => {
+        entry.abort = undefined;
+        followers.clear();
+        if (typeof end === 'string' || end.outcome === 'timeout') {
+          // Nothing worth repeating: the next request under this key runs the handler again.
+          if (this.#entries.get(key) === entry) this.#entries.delete(key);
+        } else {
+          entry.replay = end;
+          entry.finishedAt = this.#now();
+        }
+        settle(end);
+      },
     };
   }
 

@@ -25,7 +25,7 @@ import { Meta, Method } from './jsonrpc.js';
 import { namespacedNames } from './names.js';
 import { failureResult, invalidResult, resultOf, timeoutResult, tooLargeResult, unavailableResult } from './results.js';
 import { Changes } from './changes.js';
-import type { KeyedCalls, KeyedRun, Replay, RunEnd } from './keyed.js';
+import type { KeyedCalls, KeyedRun, Replay, RunEnd, RunReporter } from './keyed.js';
 import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
 import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
@@ -472,12 +472,18 @@ export class Session {
     const start: CallStart = { callId: id, sessionId: this.#id, name, arguments: args };
     const earlier = key === undefined ? undefined : this.#cfg.keyed.find(key, name);
     if (earlier !== undefined) {
-      await this.#repeat(start, earlier);
+      await this.#repeat(start, earlier, request.progressToken);
       return;
     }
     hooks.callStart(start);
+    // Set once the keyed run is recorded; its progress also reaches a re-delivery that waits on it.
+    let remember: RunReporter | undefined;
     const call: RunningCall = new RunningCall(request, this.#cfg.limits.answerCeilingMs, {
       send: (progress) => {
+        if (remember !== undefined) {
+          const { progressToken: _sentUnder, ...report } = progress;
+          remember.progress(report);
+        }
         this.#send(rpc.notification(Method.progress, progress));
       },
       // The first drop of a call is reported; the rest are counted in callEnd.
@@ -494,7 +500,7 @@ export class Session {
       this.#answer(start, call, unavailableResult(name, available), 'unavailable');
       return;
     }
-    const remember = key === undefined ? undefined : this.#cfg.keyed.start(key, name, (why) => call.abort(why));
+    remember = key === undefined ? undefined : this.#cfg.keyed.start(key, name, (why) => call.abort(why));
     const callKey = JSON.stringify(id);
     this.#calls.set(callKey, { abort: (why, detail) => call.abort(why, detail), survivesLoss: key !== undefined });
     const settled = await call.run(tool);
@@ -512,7 +518,7 @@ export class Session {
         break;
       case 'aborted':
         if (settled.why !== 'ceiling') {
-          remember?.(settled.why);
+          remember?.end(settled.why);
           // Cancelled: the edge stopped waiting and MCP says not to answer. Disconnected or closed: there is no socket.
           hooks.callEnd(withDropped({ ...start, outcome: settled.why, latencyMs: call.elapsedMs(), answered: false }, call));
           return;
@@ -521,7 +527,7 @@ export class Session {
         break;
     }
     // Remembered before it is sent: if this socket is gone, the edge's re-delivery gets it.
-    remember?.(replay);
+    remember?.end(replay);
     this.#answer(start, call, replay.result, replay.outcome);
   }
 
@@ -531,19 +537,27 @@ export class Session {
    * handler again; waits for the run if it is still going. The answer goes
    * out under this request's id on this socket, never under the old one.
    */
-  async #repeat(start: CallStart, earlier: KeyedRun): Promise<void> {
+  async #repeat(start: CallStart, earlier: KeyedRun, progressToken: ProgressToken | undefined): Promise<void> {
     const hooks = this.#cfg.hooks;
     hooks.callStart({ ...start, deduplicated: true });
     const arrivedAt = performance.now();
     const timing: Answerable = { elapsedMs: () => Math.round(performance.now() - arrivedAt), progressDropped: 0 };
     let end: RunEnd | undefined = earlier.replay;
     if (end === undefined) {
+      // The run's progress from now on goes out under this request's token, on this socket.
+      const unfollow =
+        progressToken === undefined
+          ? () => {}
+          : earlier.follow((report) => {
+              this.#send(rpc.notification(Method.progress, { ...report, progressToken }));
+            });
       // Waiting stops if this request is cancelled or this session ends; the run itself goes on (its ceiling bounds it).
       const callKey = JSON.stringify(start.callId);
       end = await new Promise<RunEnd>((resolve) => {
         this.#calls.set(callKey, { abort: (why) => resolve(why), survivesLoss: false });
         void earlier.done.then(resolve);
       });
+      unfollow();
       this.#calls.delete(callKey);
       this.#afterAnswered();
     }

@@ -222,6 +222,46 @@ describe('resume: keyed calls delivered again', () => {
     assert.deepEqual(starts.map((s) => [s.callId, s.deduplicated]), [['old-7', undefined], ['new-9', true]]);
   });
 
+  test('a keyed run that outlived its connection reports its progress to the re-delivery, under the new token, on the new socket', async () => {
+    const edge = new FakeEdge();
+    const halfway = deferred<void>();
+    const outcome = deferred<string>();
+    const work = tool('work', async (_args, ctx) => {
+      await halfway.promise;
+      ctx.progress(1, 2, 'half');
+      return outcome.promise;
+    });
+    const c = client(edge, { tools: [work] });
+    const first = await edge.peer(0);
+    await first.handshake('sess-1', { [RESUME]: 'sess-1.aa11' });
+    const keyed = (id: string, token: string): Frame => {
+      const frame = call(id, 'work', {}, 'turn-1:call-2');
+      (frame['params'] as Frame)['_meta'] = { ...((frame['params'] as Frame)['_meta'] as Frame), progressToken: token };
+      return frame;
+    };
+    first.deliver(keyed('old-7', 'p-old'));
+    const starts: CallStart[] = [];
+    c.on('callStart', (e) => starts.push(e));
+    first.closeFromEdge(1006);
+    const second = await edge.peer(1);
+    await second.handshake('sess-1', { [RESUME]: 'sess-1.bb22' });
+    second.deliver(keyed('new-9', 'p-new'));
+    await until(() => (starts.some((s) => s.callId === 'new-9') ? true : undefined), 1_000, 'the re-delivery to arrive');
+    halfway.resolve();
+    const progress = await until(
+      () => second.sent.find((f) => f['method'] === 'notifications/progress'),
+      1_000,
+      'the progress on the new socket',
+    );
+    assert.deepEqual(progress['params'], { progressToken: 'p-new', progress: 1, total: 2, message: 'half' });
+    outcome.resolve('done');
+    const answer = await second.response('new-9');
+    assert.equal(((answer['result'] as Frame)['content'] as Frame[])[0]?.['text'], 'done');
+    const reports = second.sent.filter((f) => f['method'] === 'notifications/progress');
+    assert.equal(reports.length, 1, 'one report, before the answer');
+    assert.ok(second.sent.indexOf(reports[0] as Frame) < second.sent.indexOf(answer), 'the answer is the last word');
+  });
+
   test('a keyed call that finished before the re-delivery is answered from memory, success or error, without running again', async () => {
     const edge = new FakeEdge();
     let runs = 0;
@@ -370,10 +410,10 @@ describe('KeyedCalls', () => {
   test('remembers a finished run for ttlMs after it finished; a run of another tool under the key is not a match', () => {
     let now = 0;
     const keyed = new KeyedCalls(8, 1_000, () => now);
-    const finish = keyed.start('k', 'a', () => undefined);
+    const run = keyed.start('k', 'a', () => undefined);
     assert.equal(keyed.find('k', 'a')?.replay, undefined, 'running');
     now = 5_000;
-    finish(replay('r'));
+    run.end(replay('r'));
     assert.deepEqual(keyed.find('k', 'a')?.replay, replay('r'));
     assert.equal(keyed.find('k', 'b'), undefined);
     now = 5_999;
@@ -385,22 +425,36 @@ describe('KeyedCalls', () => {
 
   test('keeps the newest maxKeys by arrival; aborted and timed-out runs are forgotten at once', async () => {
     const keyed = new KeyedCalls(3, 60_000);
-    for (const k of ['k1', 'k2', 'k3', 'k4']) keyed.start(k, 't', () => undefined)(replay(k));
+    for (const k of ['k1', 'k2', 'k3', 'k4']) keyed.start(k, 't', () => undefined).end(replay(k));
     assert.equal(keyed.size, 3);
     assert.equal(keyed.find('k1', 't'), undefined);
     assert.ok(keyed.find('k4', 't'));
     const aborted = keyed.start('k5', 't', () => undefined);
-    aborted('cancelled');
+    aborted.end('cancelled');
     assert.equal(keyed.find('k5', 't'), undefined);
     const timedOut = keyed.start('k6', 't', () => undefined);
-    timedOut({ ...replay('late'), outcome: 'timeout' });
+    timedOut.end({ ...replay('late'), outcome: 'timeout' });
     assert.equal(keyed.find('k6', 't'), undefined);
     let stopped = '';
     const running = keyed.start('k7', 't', (why) => { stopped = why; });
     const done = keyed.find('k7', 't')?.done;
     keyed.abortAll('closed');
     assert.equal(stopped, 'closed');
-    running('closed');
+    running.end('closed');
     assert.equal(await done, 'closed');
+  });
+
+  test('a running key passes its progress to its followers until it ends or they stop', () => {
+    const keyed = new KeyedCalls();
+    const run = keyed.start('k', 't', () => undefined);
+    const heard: unknown[] = [];
+    const unfollow = keyed.find('k', 't')?.follow((r) => heard.push(r)) ?? (() => {});
+    run.progress({ progress: 1 });
+    unfollow();
+    run.progress({ progress: 2 });
+    keyed.find('k', 't')?.follow((r) => heard.push(r));
+    run.end(replay('r'));
+    run.progress({ progress: 3 });
+    assert.deepEqual(heard, [{ progress: 1 }], 'nothing after unfollowing, nor after the end');
   });
 });
