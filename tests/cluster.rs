@@ -501,15 +501,24 @@ async fn a_call_for_a_session_between_holders_waits_for_the_new_one() {
     joined(&[&a]).await;
     let on_a = std::sync::Arc::new(backend_on(&a).await);
     let z = async_nats::connect(nats.url()).await.unwrap();
+    // z is an edge `a` hears beat: a session announced by an edge not alive is not waited for.
+    z.publish("tether.beat", json!({"edge": "z", "sessions": 1}).to_string().into()).await.unwrap();
     let session = "moving-session-1";
     let opened = json!({"edge": "z", "event": "session_opened", "params": {"session": session, "seq": 1}});
     z.publish("tether.events", opened.to_string().into()).await.unwrap();
+    // And one announced by `y`, an edge `a` never heard beat: not waited for.
+    let ghost =
+        json!({"edge": "y", "event": "session_opened", "params": {"session": "ghost-session", "seq": 1}});
+    z.publish("tether.events", ghost.to_string().into()).await.unwrap();
     z.flush().await.unwrap();
-    until(SHORT, "a hears z's session", || async { cluster(&a, "events_received").await >= 1 }).await;
+    until(SHORT, "a hears both sessions", || async { cluster(&a, "events_received").await >= 2 }).await;
+    let err = on_a.call(call("ghost-session", "mira"), BUDGET).await.expect_err("nobody holds it");
+    assert_eq!(err.kind, ErrorKind::SessionNotFound, "{err:?}");
+    assert_eq!(cluster(&a, "moves_awaited").await, 0, "an announcer that is not alive is not waited for");
 
     let (link, s) = (std::sync::Arc::clone(&on_a), session.to_owned());
     let calling = tokio::spawn(async move { link.call(call(&s, "mira"), BUDGET).await });
-    until(SHORT, "a asks and finds no holder", || async { cluster(&a, "no_responders").await >= 1 }).await;
+    until(SHORT, "a asks and finds no holder", || async { cluster(&a, "moves_awaited").await >= 1 }).await;
 
     let mut held = z.queue_subscribe(format!("tether.s.{session}.*"), "holder".into()).await.unwrap();
     z.flush().await.unwrap();

@@ -26,7 +26,7 @@ tether_counters::counters! {
         nats_connects,
     }
     fallbacks {
-        /// Requests for a session no edge holds (NATS had no responders): `session_not_found` at once, unless another edge announced it.
+        /// Requests for a session no edge holds (NATS had no responders, after any wait for a move): `session_not_found`.
         no_responders,
         /// Requests that found no edge answering for a session another edge announced, and asked again for up to the move wait while it may be moving edges.
         moves_awaited,

@@ -94,8 +94,8 @@ impl ClusterConfig {
         if self.hop.is_zero() || self.hop >= budgets.headroom {
             return Err(ClusterError::Hop { hop: self.hop, headroom: budgets.headroom });
         }
-        // A call waiting for a moving session must still be taken within the edge timeout.
-        if self.move_wait >= self.edge_timeout {
+        // A call waiting for a moving session must still be taken, hop included, within the edge timeout.
+        if self.move_wait + self.hop > self.edge_timeout {
             return Err(ClusterError::MoveWait { wait: self.move_wait, timeout: self.edge_timeout });
         }
         Ok(())
@@ -125,7 +125,7 @@ pub enum ClusterError {
         headroom: Duration,
     },
     /// The wait for a moving session does not fit inside the edge timeout.
-    #[error("the move wait {wait:?} must be shorter than the edge timeout {timeout:?}")]
+    #[error("the move wait {wait:?} plus the hop must fit in the edge timeout {timeout:?}")]
     MoveWait {
         /// The move wait.
         wait: Duration,

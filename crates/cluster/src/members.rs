@@ -89,6 +89,11 @@ impl Members {
         }
     }
 
+    /// Whether `edge` has been heard from and not lost since.
+    pub(crate) fn is_alive(&self, edge: &str) -> bool {
+        lock(&self.edges).contains_key(edge)
+    }
+
     /// The edges alive now.
     pub(crate) fn alive(&self) -> Vec<String> {
         lock(&self.edges).keys().cloned().collect()

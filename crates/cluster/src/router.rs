@@ -26,7 +26,6 @@ use tether_edge::router::{Local, Reader, Routed, Router};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
-use tracing::debug;
 
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
@@ -265,21 +264,40 @@ impl ClusterRouter {
     }
 
     /// After no responders: true (having waited [`MOVE_RETRY`]) when the
-    /// request should be sent again because another edge announced the
-    /// session and it may be moving, for up to the configured move wait from
-    /// the first miss (`since`); false when the session is simply absent.
+    /// request should be sent again because an edge still alive announced
+    /// the session and it may be moving, for up to the configured move wait
+    /// from the first miss (`since`); false when the session is absent.
     async fn awaits_move(&self, session: &str, since: &mut Option<Instant>) -> bool {
+        let wait = self.inner.config.move_wait;
+        if wait.is_zero() {
+            return false;
+        }
         let Some(announced_by) = lock(&self.inner.remote).get(session).cloned() else { return false };
+        if !self.inner.members.is_alive(&announced_by) {
+            return false;
+        }
         let first = *since.get_or_insert_with(|| {
             fallback!(self.counters().moves_awaited, info, session, %announced_by, "no edge answers for a session another edge announced; asking again while it may be moving edges");
             Instant::now()
         });
-        if first.elapsed() >= self.inner.config.move_wait {
-            debug!(session, %announced_by, "still no edge answers for the session; it is not found");
+        if first.elapsed() >= wait {
             return false;
         }
         tokio::time::sleep(MOVE_RETRY).await;
         true
+    }
+
+    /// No edge holds `session` (after any wait for a move): counted, and
+    /// `session_not_found` or the reason it closed.
+    fn unheld(&self, hub: &Hub, session: &str, waited: bool) -> WireError {
+        fallback!(
+            self.counters().no_responders,
+            debug,
+            session,
+            waited,
+            "request for a session no edge holds"
+        );
+        Self::absent(hub, session)
     }
 
     /// A read of a session another edge holds.
@@ -334,19 +352,13 @@ impl ClusterRouter {
             };
             return Err(match e.kind() {
                 async_nats::RequestErrorKind::NoResponders => {
-                    fallback!(
-                        self.counters().no_responders,
-                        debug,
-                        session,
-                        "request for a session no edge holds"
-                    );
                     if self.awaits_move(session, &mut moving).await {
                         continue;
                     }
-                    Self::absent(hub, session)
+                    self.unheld(hub, session, moving.is_some())
                 }
                 async_nats::RequestErrorKind::TimedOut => self
-                    .edge_lost(session, "the edge holding the session did not answer a read in time")
+                    .edge_lost(session, "the edge holding the session did not answer in time")
                     .with("after_ms", ms(self.inner.config.read_timeout)),
                 kind => {
                     fallback!(self.counters().publish_failures, warn, session, ?kind, error = %e, "request to another edge not sent: NATS refused it");
@@ -409,10 +421,7 @@ impl ClusterRouter {
             let mut unheld = false;
             tokio::select! {
                 incoming = waiting.rx.recv() => match incoming {
-                    Some(Incoming::NoResponders) => {
-                        fallback!(self.counters().no_responders, debug, session, "call for a session no edge holds");
-                        unheld = true;
-                    }
+                    Some(Incoming::NoResponders) => unheld = true,
                     Some(Incoming::Reply(Reply::Accepted { edge })) => holder = Some(self.inner.members.watch(&edge)),
                     Some(Incoming::Reply(Reply::Done { outcome })) => {
                         sent.done = true;
@@ -437,21 +446,27 @@ impl ClusterRouter {
                 }
             }
             if unheld {
-                // No edge received it, so sending it again cannot run it twice.
-                if self.awaits_move(&session, &mut moving).await {
-                    let again = subject::session_call(&session);
-                    if self
-                        .inner
-                        .client
-                        .publish_with_reply(again, sent.reply.clone(), payload.clone())
-                        .await
-                        .is_ok()
-                    {
-                        continue;
-                    }
+                if !self.awaits_move(&session, &mut moving).await {
+                    sent.done = true;
+                    return Err(self.unheld(hub, &session, moving.is_some()));
                 }
-                sent.done = true;
-                return Err(Self::absent(hub, &session));
+                // No edge received it, so sending it again cannot run it twice.
+                let again = subject::session_call(&session);
+                if let Err(e) =
+                    self.inner.client.publish_with_reply(again, sent.reply.clone(), payload.clone()).await
+                {
+                    sent.done = true;
+                    fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent again: NATS refused it");
+                    let refusal = Refusal::of_publish(e.kind());
+                    return Err(refused(
+                        refusal,
+                        &e,
+                        Asked::Call,
+                        &session,
+                        bytes,
+                        self.inner.client.max_payload(),
+                    ));
+                }
             }
         }
     }
