@@ -23,6 +23,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, info, warn};
 
+use tether_counters::fallback;
+
 use tether_contract::mcp::ToolDeclaration;
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, CallOptions, Turn};
@@ -57,8 +59,18 @@ impl McpServer {
     /// The request's scope; its token becomes the session's freshest.
     fn scope(&self, ctx: &RequestContext<RoleServer>) -> Result<Scope, ErrorData> {
         let scope = scope(ctx)?;
-        self.credential.renew(&scope.token);
+        self.renew(&scope);
         Ok(scope)
+    }
+
+    /// Keeps the scope's token for the session's watcher, unless it is
+    /// another user's (a session id the owner table no longer remembers):
+    /// that request is served as its own user's, but its token never reaches
+    /// this session's watcher.
+    pub(crate) fn renew(&self, scope: &Scope) {
+        if !self.credential.renew(&scope.token, &scope.principal) {
+            fallback!(self.shared.metrics.counters.foreign_tokens_ignored, warn, principal = %scope.principal, "MCP request carried another user's token for this session; its watcher keeps the owner's");
+        }
     }
 }
 
@@ -376,7 +388,7 @@ impl ServerHandler for McpServer {
             }
         };
         // The stream's own token: a client renews it by listening again.
-        let credential = Arc::new(Credential::new(&scope.token));
+        let credential = Arc::new(Credential::new(&scope.token, &scope.principal));
         let watcher =
             tokio::spawn(watch::watch(Arc::clone(&self.shared), scope, credential, stop.clone(), notify));
         subscription.cancelled().await;

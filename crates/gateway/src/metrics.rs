@@ -29,8 +29,10 @@ tether_counters::counters! {
         edge_unavailable,
         /// Edge events a watcher missed; its client was told to re-list.
         events_lagged,
-        /// A watcher's lookup of a new session failed (its token expired, or the edge was out of reach); its client was told to re-list.
+        /// A watcher could not ask the edge about its user's sessions (its token expired, or the edge was out of reach).
         watcher_lookups_failed,
+        /// Requests whose token was another user's than the MCP session's; their token was not kept for its watcher.
+        foreign_tokens_ignored,
     }
 }
 

@@ -39,37 +39,57 @@ pub(crate) async fn pump(
 
 /// The freshest bearer token an MCP session has presented: a 2025-11-25
 /// session's watcher outlives the token it was opened with, and asks the
-/// edge about new devices with whichever token the client sent last.
+/// edge about new devices with whichever token its user sent last.
 #[derive(Debug, Default)]
 pub(crate) struct Credential {
-    /// The token and how many times it changed (a refused watcher waits for a new one).
-    current: std::sync::Mutex<(String, u64)>,
+    current: std::sync::Mutex<Held>,
+}
+
+/// The token, whose it is, and how many times it changed (a refused watcher
+/// waits for a new one).
+#[derive(Debug, Clone, Default)]
+struct Held {
+    token: String,
+    principal: Option<String>,
+    generation: u64,
 }
 
 impl Credential {
-    /// A credential holding `token`.
-    pub(crate) fn new(token: &str) -> Credential {
-        Credential { current: std::sync::Mutex::new((token.to_owned(), 0)) }
+    /// A credential holding `token` of `principal`.
+    pub(crate) fn new(token: &str, principal: &str) -> Credential {
+        let held = Held { token: token.to_owned(), principal: Some(principal.to_owned()), generation: 0 };
+        Credential { current: std::sync::Mutex::new(held) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (String, u64)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Keeps `token` if it differs from the one held (the authentication
-    /// layer has verified it, and bound it to the same user).
-    pub(crate) fn renew(&self, token: &str) {
-        let mut current = self.lock();
-        if current.0 != token {
-            *current = (token.to_owned(), current.1.wrapping_add(1));
+    /// Keeps `token` if it is new and of the user the session belongs to (the
+    /// first to present one); false for another user's token, which is not kept.
+    pub(crate) fn renew(&self, token: &str, principal: &str) -> bool {
+        let mut held = self.lock();
+        match &held.principal {
+            Some(owner) if owner != principal => return false,
+            Some(_) => {}
+            None => held.principal = Some(principal.to_owned()),
         }
+        if held.token != token {
+            held.token = token.to_owned();
+            held.generation = held.generation.wrapping_add(1);
+        }
+        true
     }
 
     /// The token and its generation.
     fn get(&self) -> (String, u64) {
-        self.lock().clone()
+        let held = self.lock();
+        (held.token.clone(), held.generation)
     }
 }
+
+/// How long a watcher that could not reach the edge waits before it asks again.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why a watcher's set of sessions may be missing one of its user's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +98,8 @@ enum Stale {
     No,
     /// The edge refused the token of this generation: re-read once the client presents another.
     UntilRenewed(u64),
-    /// The edge could not be asked: re-read at the next event.
-    Retry,
+    /// The edge could not be asked: re-read at the first event from this instant.
+    Retry(tokio::time::Instant),
 }
 
 /// One MCP session's view of its user's sessions.
@@ -110,12 +130,16 @@ impl Watcher {
     /// Asks the edge about a new session: is it this user's?
     async fn opened(&mut self, session: &str) -> bool {
         let (token, generation) = self.credential.get();
+        if self.stale == Stale::UntilRenewed(generation) {
+            // The edge refused this token already; the re-read after renewal catches up.
+            return false;
+        }
         let budget = self.shared.config.budgets.turn_start;
         match self.shared.link.session_info(session, &token, budget).await {
             Ok(list) if !list.sessions.is_empty() => self.mine.insert(session.to_owned()),
             Ok(_) => false,
             Err(e) => {
-                self.stale = refused_until(&e, generation);
+                self.stale = stale_after(&e, generation);
                 fallback!(self.shared.metrics.counters.watcher_lookups_failed, warn, principal = %self.scope.principal, %session, error = %e, "MCP watcher could not ask the edge about a new session; its client re-lists, and the watcher re-reads its sessions once it can");
                 // The session may be this user's: the client re-lists to be safe.
                 true
@@ -130,7 +154,8 @@ impl Watcher {
         match self.stale {
             Stale::No => return false,
             Stale::UntilRenewed(refused) if refused == generation => return false,
-            Stale::UntilRenewed(_) | Stale::Retry => {}
+            Stale::Retry(at) if tokio::time::Instant::now() < at => return false,
+            Stale::UntilRenewed(_) | Stale::Retry(_) => {}
         }
         let budget = self.shared.config.budgets.turn_start;
         match self.shared.link.sessions(&token, budget).await {
@@ -143,19 +168,19 @@ impl Watcher {
                 changed
             }
             Err(e) => {
-                self.stale = refused_until(&e, generation);
-                debug!(principal = %self.scope.principal, error = %e, "MCP watcher still cannot re-read its user's sessions");
+                self.stale = stale_after(&e, generation);
+                fallback!(self.shared.metrics.counters.watcher_lookups_failed, warn, principal = %self.scope.principal, error = %e, "MCP watcher could not re-read its user's sessions; it tries again later");
                 false
             }
         }
     }
 }
 
-/// A refused token waits for a new one; any other failure retries.
-fn refused_until(e: &tether_contract::WireError, generation: u64) -> Stale {
+/// A refused token waits for a new one; any other failure retries after [`RETRY_AFTER`].
+fn stale_after(e: &tether_contract::WireError, generation: u64) -> Stale {
     match e.kind {
         ErrorKind::Unauthenticated | ErrorKind::Forbidden => Stale::UntilRenewed(generation),
-        _ => Stale::Retry,
+        _ => Stale::Retry(tokio::time::Instant::now() + RETRY_AFTER),
     }
 }
 
@@ -252,7 +277,7 @@ mod tests {
         let stop = CancellationToken::new();
         let watcher = {
             let (notified, stop) = (Arc::clone(&notified), stop.clone());
-            let credential = Arc::new(Credential::new("t"));
+            let credential = Arc::new(Credential::new("t", "mira"));
             tokio::spawn(watch(Arc::clone(&shared), scope(&[]), credential, stop, move || {
                 let notified = Arc::clone(&notified);
                 async move {
@@ -319,7 +344,7 @@ mod tests {
         let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(edge(edge_side, asked_tx));
         let (notes_tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
-        let credential = Arc::new(Credential::new("expired"));
+        let credential = Arc::new(Credential::new("expired", "mira"));
         let stop = CancellationToken::new();
         let watcher = tokio::spawn(watch(
             Arc::clone(&shared),
@@ -338,8 +363,10 @@ mod tests {
         next_note(&mut notes).await;
         assert_eq!(asked.recv().await, Some(("expired".into(), Some("s2".into()))));
         assert_eq!(shared.metrics.get("watcher_lookups_failed"), 1);
-        // Its swap before the client renews: the watcher cannot tell, and does not re-ask with the same token.
+        // Its swap before the client renews: the watcher cannot tell, and does not re-ask with the same token;
+        // nor does it ask about another new session with it.
         let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 2 }));
+        let _ = events.send(Notification::SessionOpened(SessionOpened { session: "s3".into(), seq: 1 }));
         // One thread: once the event has left the queue, the watcher has read the credential for it.
         for _ in 0..100 {
             if events.is_empty() {
@@ -347,9 +374,9 @@ mod tests {
             }
             tokio::task::yield_now().await; // bounded: the watcher needs a poll or two
         }
-        assert!(events.is_empty(), "the watcher took the swap before the renewal");
+        assert!(events.is_empty(), "the watcher took both events before the renewal");
         // The client's next request brings a fresh token; s2's next swap reaches the client.
-        credential.renew("fresh");
+        credential.renew("fresh", "mira");
         let _ = events.send(Notification::ListChanged(ListChanged { session: "s2".into(), seq: 3 }));
         next_note(&mut notes).await;
         assert_eq!(asked.recv().await, Some(("fresh".into(), None)), "the whole set re-read, once");
@@ -362,5 +389,24 @@ mod tests {
         assert!(notes.try_recv().is_err(), "exactly one list_changed per move of this user's");
         assert!(asked.try_recv().is_err(), "no lookup past the re-read");
         assert_eq!(shared.metrics.get("watcher_lookups_failed"), 1);
+    }
+
+    /// A request of another user in this MCP session (possible only for a
+    /// session id the owner table forgot) never hands the watcher its token.
+    #[tokio::test(flavor = "current_thread")]
+    async fn another_users_token_never_reaches_a_sessions_watcher() {
+        let (shared, _edge, _events) = gateway(2).await;
+        let server = crate::handler::McpServer::new(Arc::clone(&shared));
+        let mut mine = scope(&[]);
+        mine.token = "mira-token".into();
+        server.renew(&mine);
+        let theirs = Scope { token: "eve-token".into(), principal: "eve".into(), ..scope(&[]) };
+        server.renew(&theirs);
+        assert_eq!(shared.metrics.get("foreign_tokens_ignored"), 1);
+        let credential = Credential::new("a", "mira");
+        assert!(!credential.renew("b", "eve"));
+        assert_eq!(credential.get(), ("a".to_owned(), 0), "kept the owner's");
+        assert!(credential.renew("c", "mira"));
+        assert_eq!(credential.get(), ("c".to_owned(), 1));
     }
 }
