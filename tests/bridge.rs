@@ -699,7 +699,10 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     assert_eq!(text(&turn.call("client__echo", json!({"message": "cli"})).await.unwrap()), "Echo: cli");
 
     // What happened shows on the bridge's own /metrics.
-    let exposition = common::http_get(&metrics_url).await.unwrap().text().await.unwrap();
+    let response = common::http_get(&metrics_url).await.unwrap();
+    let kind = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    assert!(kind.starts_with("application/openmetrics-text"), "as the edge serves it: {kind}");
+    let exposition = response.text().await.unwrap();
     let value = |name: &str| -> Option<u64> {
         exposition.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
     };
@@ -877,11 +880,15 @@ async fn a_call_the_edge_never_cancels_is_backstopped_past_its_deadline() {
     ws.send(Message::text(call.to_string())).await.unwrap();
     let answer = tokio::time::timeout(WAIT_LIMIT, async {
         loop {
-            if let Some(Ok(Message::Text(t))) = ws.next().await {
-                let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                if v["id"] == json!(5) {
-                    break v;
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                    if v["id"] == json!(5) {
+                        break v;
+                    }
                 }
+                Some(Ok(_)) => {}
+                other => panic!("the bridge's connection ended before its answer: {other:?}"),
             }
         }
     })

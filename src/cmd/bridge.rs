@@ -68,7 +68,10 @@ async fn serve_metrics(
         axum::routing::get(move || {
             // A whole exposition, `# EOF` included: the bridge is the only thing on this port.
             let text = counters.render();
-            async move { text }
+            async move {
+                let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                ([(axum::http::header::CONTENT_TYPE, kind)], text)
+            }
         }),
     );
     announce(&format!("bridge metrics on http://{bound}/metrics"));

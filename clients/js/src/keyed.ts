@@ -115,7 +115,14 @@ export class KeyedCalls {
     this.#prune();
     return {
       progress: (report) => {
-        for (const listener of [...followers]) listener(report);
+        // A follower that fails (its socket gone) costs neither the others nor the run's own report.
+        for (const listener of [...followers]) {
+          try {
+            listener(report);
+          } catch {
+            followers.delete(listener);
+          }
+        }
       },
       end: (end) => {
         entry.abort = undefined;
