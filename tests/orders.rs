@@ -282,6 +282,11 @@ async fn scope_selects_sources_binding_and_latency() {
     let found = turn.call(tether_core::FIND_TOOLS, json!({"query": "order status"})).await.unwrap();
     assert_eq!(found.structured_content.unwrap()["tools"][0]["name"], "get_order");
     assert!(turn.tools().iter().any(|t| t.name == "get_order"));
+    // A query past its declared length is searched for its first 200 characters, and counted.
+    let long = format!("order status {}", "please ".repeat(40));
+    let found = turn.call(tether_core::FIND_TOOLS, json!({"query": long})).await.unwrap();
+    assert_eq!(found.structured_content.unwrap()["tools"][0]["name"], "get_order");
+    assert_eq!(f.link.counters().get("find_tools_queries_cut"), 1);
     turn.call("get_order", json!({"order_id": "A-104"})).await.unwrap();
     assert_eq!(backend.executions(), 1, "only the call after discovery executed");
 

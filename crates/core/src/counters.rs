@@ -52,6 +52,8 @@ tether_counters::counters! {
         schemas_refused,
         /// Calls to a credential-verifying source refused because the turn carries no user credential.
         credential_missing,
+        /// `find_tools` queries longer than the declared 200 characters, searched for their first 200.
+        find_tools_queries_cut,
     }
 }
 

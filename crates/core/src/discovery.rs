@@ -38,13 +38,13 @@ pub fn declaration() -> ToolDeclaration {
 pub const QUERY_MAX_CHARS: usize = 200;
 
 /// The query words of a `find_tools` call (empty when absent), cut at
-/// [`QUERY_MAX_CHARS`]: the call skips argument validation, and a search's
-/// cost grows with its words.
-pub fn query(arguments: &Value) -> &str {
+/// [`QUERY_MAX_CHARS`] (the call skips argument validation, and a search's
+/// cost grows with its words), and whether it was cut.
+pub fn query(arguments: &Value) -> (&str, bool) {
     let query = arguments.get("query").and_then(Value::as_str).unwrap_or("");
     match query.char_indices().nth(QUERY_MAX_CHARS) {
-        Some((end, _)) => &query[..end],
-        None => query,
+        Some((end, _)) => (&query[..end], true),
+        None => (query, false),
     }
 }
 
@@ -96,10 +96,11 @@ mod tests {
     fn a_query_past_the_declared_length_is_cut_there_on_a_character_boundary() {
         let long = "é".repeat(QUERY_MAX_CHARS + 50);
         let arguments = json!({"query": long});
-        let cut = query(&arguments);
+        let (cut, was_cut) = query(&arguments);
+        assert!(was_cut);
         assert_eq!(cut.chars().count(), QUERY_MAX_CHARS);
-        assert_eq!(query(&json!({"query": "warm the room"})), "warm the room");
-        assert_eq!(query(&json!({})), "");
+        assert_eq!(query(&json!({"query": "warm the room"})), ("warm the room", false));
+        assert_eq!(query(&json!({})), ("", false));
         assert_eq!(declaration().input_schema["properties"]["query"]["maxLength"], json!(QUERY_MAX_CHARS));
     }
 

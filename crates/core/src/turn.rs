@@ -481,7 +481,16 @@ impl<'a> Turn<'a> {
     /// The discovery meta-tool: ranks the tools this caller may reach for the
     /// query (see [`crate::discovery`]) and binds what it returns.
     fn find_tools(&mut self, arguments: &Value) -> CallToolResult {
-        let found = self.search.find(discovery::query(arguments));
+        let (query, cut) = discovery::query(arguments);
+        if cut {
+            fallback!(
+                self.counters.find_tools_queries_cut,
+                debug,
+                max_chars = discovery::QUERY_MAX_CHARS,
+                "find_tools query longer than declared; searched for its first characters"
+            );
+        }
+        let found = self.search.find(query);
         self.discovered.extend(found.iter().map(|t| t.name.clone()));
         self.rebuild();
         discovery::result(&found)
