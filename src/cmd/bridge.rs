@@ -63,17 +63,17 @@ async fn serve_metrics(
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let router = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok\n" })).route(
-        "/metrics",
-        axum::routing::get(move || {
-            // A whole exposition, `# EOF` included: the bridge is the only thing on this port.
-            let text = counters.render();
-            async move {
-                let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                ([(axum::http::header::CONTENT_TYPE, kind)], text)
-            }
-        }),
-    );
+    let router =
+        axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok\n" })).route(
+            "/metrics",
+            axum::routing::get(move || {
+                // A whole exposition, `# EOF` included: the bridge is the only thing on this port.
+                let text = counters.exposition("tether_bridge");
+                async move {
+                    ([(axum::http::header::CONTENT_TYPE, tether_counters::OPENMETRICS_CONTENT_TYPE)], text)
+                }
+            }),
+        );
     announce(&format!("bridge metrics on http://{bound}/metrics"));
     tokio::spawn(async move {
         let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned());

@@ -5,9 +5,6 @@
 //! an operator (and a test) can see it happened. `tether bridge --metrics`
 //! serves them as `tether_bridge_<name>_total`.
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::registry::Registry;
-
 tether_counters::counters! {
     /// The bridge's counters; read them with [`BridgeCounters::try_get`].
     pub struct BridgeCounters;
@@ -78,17 +75,5 @@ tether_counters::counters! {
         subscription_failures,
         /// `subscriptions/listen` streams that ended while the server lived.
         subscriptions_ended,
-    }
-}
-
-impl BridgeCounters {
-    /// Prometheus / OpenMetrics text for the bridge's own `/metrics`.
-    pub fn render(&self) -> String {
-        let mut registry = Registry::with_prefix("tether_bridge");
-        self.register(&mut registry);
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        out
     }
 }

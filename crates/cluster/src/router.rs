@@ -369,6 +369,26 @@ impl ClusterRouter {
         }
     }
 
+    /// Publishes a call to the edge holding `session`, replies to `reply`;
+    /// a refusal is counted, logged and told as what it is.
+    async fn publish_call(
+        &self,
+        session: &str,
+        reply: &str,
+        payload: &bytes::Bytes,
+    ) -> Result<(), WireError> {
+        let published = self
+            .inner
+            .client
+            .publish_with_reply(subject::session_call(session), reply.to_owned(), payload.clone())
+            .await;
+        published.map_err(|e| {
+            fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent: NATS refused it");
+            let max_payload = self.inner.client.max_payload();
+            refused(Refusal::of_publish(e.kind()), &e, Asked::Call, session, payload.len(), max_payload)
+        })
+    }
+
     /// A call on a session another edge holds.
     async fn call_remote(
         &self,
@@ -401,17 +421,7 @@ impl ClusterRouter {
         let request =
             CallRequest { from: self.inner.me.clone(), owner: owner.to_owned(), params, progress_token };
         let payload = encode(&request);
-        let bytes = payload.len();
-        if let Err(e) = self
-            .inner
-            .client
-            .publish_with_reply(subject::session_call(&session), reply.clone(), payload.clone())
-            .await
-        {
-            fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent: NATS refused it");
-            let refusal = Refusal::of_publish(e.kind());
-            return Err(refused(refusal, &e, Asked::Call, &session, bytes, self.inner.client.max_payload()));
-        }
+        self.publish_call(&session, &reply, &payload).await?;
         let mut sent = Sent { inner: &self.inner, session: &session, reply, done: false };
         let accept_by = Instant::now() + config.edge_timeout;
         let mut holder: Option<watch::Receiver<bool>> = None;
@@ -451,21 +461,9 @@ impl ClusterRouter {
                     return Err(self.unheld(hub, &session, moving.is_some()));
                 }
                 // No edge received it, so sending it again cannot run it twice.
-                let again = subject::session_call(&session);
-                if let Err(e) =
-                    self.inner.client.publish_with_reply(again, sent.reply.clone(), payload.clone()).await
-                {
+                if let Err(refused) = self.publish_call(&session, &sent.reply, &payload).await {
                     sent.done = true;
-                    fallback!(self.counters().publish_failures, warn, session, kind = ?e.kind(), error = %e, "call to another edge not sent again: NATS refused it");
-                    let refusal = Refusal::of_publish(e.kind());
-                    return Err(refused(
-                        refusal,
-                        &e,
-                        Asked::Call,
-                        &session,
-                        bytes,
-                        self.inner.client.max_payload(),
-                    ));
+                    return Err(refused);
                 }
             }
         }

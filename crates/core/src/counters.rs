@@ -3,9 +3,6 @@
 //! The backend application owns its metrics endpoint; [`CoreCounters::render`]
 //! gives it the exposition (`tether_core_<name>_total`) to serve.
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::registry::Registry;
-
 tether_counters::counters! {
     /// Every counter core keeps; one field per fallback or refusal.
     pub struct CoreCounters;
@@ -60,11 +57,6 @@ tether_counters::counters! {
 impl CoreCounters {
     /// Prometheus / OpenMetrics text for the backend's own `/metrics`.
     pub fn render(&self) -> String {
-        let mut registry = Registry::with_prefix("tether_core");
-        self.register(&mut registry);
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        out
+        self.exposition("tether_core")
     }
 }

@@ -10,9 +10,14 @@
 //! [`counters!`] declares a crate's counter struct with both groups, its
 //! Prometheus registration, a snapshot by name and the help text for docs.
 
+#[doc(hidden)]
+pub use prometheus_client::encoding::text::encode;
 pub use prometheus_client::metrics::counter::Counter;
 #[doc(hidden)]
 pub use prometheus_client::registry::Registry;
+
+/// The content type of an OpenMetrics exposition, as every `/metrics` here serves it.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 #[doc(hidden)]
 pub use tracing;
 
@@ -90,6 +95,16 @@ macro_rules! counters {
             pub fn register(&self, registry: &mut $crate::Registry) {
                 $( registry.register(stringify!($event), concat!($($edoc),*).trim(), self.$event.clone()); )*
                 $( registry.register(stringify!($fallback), concat!($($fdoc),*).trim(), self.$fallback.counter()); )*
+            }
+
+            /// The OpenMetrics text of these counters alone (as `<prefix>_<name>_total`, `# EOF` last).
+            pub fn exposition(&self, prefix: &str) -> String {
+                let mut registry = $crate::Registry::with_prefix(prefix);
+                self.register(&mut registry);
+                let mut out = String::new();
+                // Writing into a String cannot fail.
+                let _ = $crate::encode(&mut out, &registry);
+                out
             }
 
             /// Every counter name with its help text, for docs and their test.

@@ -103,10 +103,9 @@ async fn readyz(State(door): State<Door>) -> Response {
 
 async fn metrics(State(door): State<Door>) -> Response {
     let mut response = (StatusCode::OK, door.hub.metrics.render()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(tether_counters::OPENMETRICS_CONTENT_TYPE));
     response
 }
 

@@ -150,12 +150,15 @@ impl Watcher {
     /// Re-reads the user's whole set after a failed lookup, once that can
     /// succeed; true when the set changed.
     async fn resync(&mut self) -> bool {
-        let (token, generation) = self.credential.get();
         match self.stale {
             Stale::No => return false,
-            Stale::UntilRenewed(refused) if refused == generation => return false,
             Stale::Retry(at) if tokio::time::Instant::now() < at => return false,
             Stale::UntilRenewed(_) | Stale::Retry(_) => {}
+        }
+        // Read only when stale: every event of the edge passes here.
+        let (token, generation) = self.credential.get();
+        if self.stale == Stale::UntilRenewed(generation) {
+            return false;
         }
         let budget = self.shared.config.budgets.turn_start;
         match self.shared.link.sessions(&token, budget).await {
