@@ -129,6 +129,7 @@ impl Resolved {
             per_tool_ms = (ms(b.per_tool) as i64)
             turn_start_ms = (ms(b.turn_start) as i64)
             turn_start_backoff_ms = (ms(b.turn_start_backoff) as i64)
+            approval_ms = (ms(b.approval) as i64)
             [limits]
             handshake_timeout_ms = (ms(c.handshake_timeout) as i64)
             outbound_queue = (c.outbound_queue as i64)
@@ -226,6 +227,7 @@ struct BudgetsSection {
     per_tool_ms: Option<u64>,
     turn_start_ms: Option<u64>,
     turn_start_backoff_ms: Option<u64>,
+    approval_ms: Option<u64>,
 }
 
 impl BudgetsSection {
@@ -239,6 +241,7 @@ impl BudgetsSection {
             per_tool: ms(self.per_tool_ms, b.per_tool),
             turn_start: ms(self.turn_start_ms, b.turn_start),
             turn_start_backoff: ms(self.turn_start_backoff_ms, b.turn_start_backoff),
+            approval: ms(self.approval_ms, b.approval),
         }
     }
 }

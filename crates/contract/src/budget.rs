@@ -24,6 +24,9 @@ pub enum Leg {
     PerTool,
     /// The backend's catalog read at turn start (retried once, outside the chain).
     TurnStart,
+    /// How long an approval stays good: asked, decided and used within it
+    /// (a person's time, outside the call's chain: the call that asks ends at once).
+    Approval,
 }
 
 impl Leg {
@@ -35,11 +38,13 @@ impl Leg {
             Leg::Reread => "reread",
             Leg::PerTool => "per_tool",
             Leg::TurnStart => "turn_start",
+            Leg::Approval => "approval",
         }
     }
 
     /// Every leg, for reading a wire name back.
-    pub const ALL: [Leg; 5] = [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart];
+    pub const ALL: [Leg; 6] =
+        [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart, Leg::Approval];
 
     /// The leg a wire name (`data.leg`) names.
     pub fn from_name(name: &str) -> Option<Leg> {
@@ -64,6 +69,8 @@ pub struct Budgets {
     pub turn_start: Duration,
     /// Pause before the single turn-start retry.
     pub turn_start_backoff: Duration,
+    /// How long an approval request and its grant stay good.
+    pub approval: Duration,
 }
 
 impl Default for Budgets {
@@ -76,6 +83,7 @@ impl Default for Budgets {
             per_tool: Duration::from_millis(12_000),
             turn_start: Duration::from_millis(2_000),
             turn_start_backoff: Duration::from_millis(250),
+            approval: Duration::from_millis(120_000),
         }
     }
 }
@@ -106,7 +114,20 @@ pub enum BudgetError {
         /// Backend per-tool budget.
         per_tool_ms: u128,
     },
+    /// An approval window shorter than one call, or longer than an hour.
+    #[error(
+        "approval window {approval_ms} ms must be at least per_tool {per_tool_ms} ms and at most 3600000 ms"
+    )]
+    ApprovalOutOfRange {
+        /// The approval window.
+        approval_ms: u128,
+        /// Backend per-tool budget.
+        per_tool_ms: u128,
+    },
 }
+
+/// Longest an approval may stay good: a grant is for *this* call, now, not a standing permission.
+pub const MAX_APPROVAL: Duration = Duration::from_secs(3600);
 
 impl Budgets {
     /// The serial sum the edge can spend on one call before answering.
@@ -127,6 +148,7 @@ impl Budgets {
             ("reread", self.reread),
             ("per_tool", self.per_tool),
             ("turn_start", self.turn_start),
+            ("approval", self.approval),
         ];
         if let Some((name, _)) = legs.iter().find(|(_, d)| d.is_zero()) {
             return Err(BudgetError::Zero(name));
@@ -142,6 +164,14 @@ impl Budgets {
                 call_ms: self.tool_call.as_millis(),
                 reread_ms: self.reread.as_millis(),
                 headroom_ms: self.headroom.as_millis(),
+                per_tool_ms: self.per_tool.as_millis(),
+            });
+        }
+        // A grant that expires before the call it allows could be made is useless;
+        // one that lasts past an hour is a standing permission, not an approval.
+        if self.approval < self.per_tool || self.approval > MAX_APPROVAL {
+            return Err(BudgetError::ApprovalOutOfRange {
+                approval_ms: self.approval.as_millis(),
                 per_tool_ms: self.per_tool.as_millis(),
             });
         }
@@ -177,6 +207,15 @@ mod tests {
             ("zero reread", Budgets { reread: ms(0), ..Budgets::default() }, |e| {
                 matches!(e, BudgetError::Zero("reread"))
             }),
+            ("approval shorter than a call", Budgets { approval: ms(11_999), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::ApprovalOutOfRange { .. })
+            }),
+            ("approval over an hour", Budgets { approval: ms(3_600_001), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::ApprovalOutOfRange { .. })
+            }),
+            ("zero approval", Budgets { approval: ms(0), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::Zero("approval"))
+            }),
         ];
         for (name, budgets, check) in cases {
             let err = budgets.validate().err();
@@ -186,7 +225,7 @@ mod tests {
 
     #[test]
     fn leg_names_are_snake_case_on_the_wire() {
-        for leg in [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart] {
+        for leg in Leg::ALL {
             assert_eq!(serde_json::to_value(leg).ok(), Some(serde_json::Value::from(leg.as_str())));
         }
     }

@@ -81,6 +81,16 @@ kinds! {
     RateLimited = -32011, "rate_limited";
     /// The edge is shedding load; retry later or elsewhere.
     Overloaded = -32012, "overloaded";
+    /// The call changes something and needs its user's approval first; nothing ran.
+    ApprovalRequired = -32013, "approval_required";
+    /// The user declined the approval; the call did not run.
+    ApprovalDeclined = -32014, "approval_declined";
+    /// The approval ran out, was used already, or is unknown; the call did not run.
+    ApprovalExpired = -32015, "approval_expired";
+    /// The approval was for another call (`data.differs` says which part); nothing ran.
+    ApprovalMismatch = -32016, "approval_mismatch";
+    /// The idempotency key was used for a different call; nothing ran.
+    IdempotencyConflict = -32017, "idempotency_conflict";
     /// A bug or invariant breach inside tether.
     Internal = -32603, "internal";
 }

@@ -4,7 +4,8 @@
 //! JSON-RPC framing ([`jsonrpc`]), the MCP-shaped client-link payloads
 //! ([`mcp`]), the backend-link payloads ([`backend`]), the error kinds with
 //! their stable codes ([`error`]), the namespace shape ([`names`]), the size
-//! caps ([`limits`]), the limits on declared schemas ([`schema`]) and the time budgets ([`budget`]).
+//! caps ([`limits`]), the limits on declared schemas ([`schema`]), the time budgets ([`budget`])
+//! and the write contract: approvals, fingerprints, receipts ([`writes`]).
 //!
 //! Architecture invariant: this crate does no I/O and names no client or
 //! client domain. It is types and rules only, so both deployables can link it
@@ -18,6 +19,7 @@ pub mod limits;
 pub mod mcp;
 pub mod names;
 pub mod schema;
+pub mod writes;
 
 pub use budget::{BudgetError, Budgets, Leg};
 pub use error::{ErrorKind, WireError};

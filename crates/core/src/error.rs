@@ -104,6 +104,50 @@ pub fn for_model(err: &WireError) -> String {
             "The tool broker is overloaded right now; try the call once more later, or continue without it."
                 .to_owned()
         }
+        ErrorKind::ApprovalRequired => {
+            let id = detail_str(err, "approval").unwrap_or("(none)");
+            if detail_str(err, "asked") == Some("device") {
+                format!(
+                    "This action needs the user's approval and nothing was done yet; they were asked on their \
+                     device. Wait for their answer, then call the tool again with the same arguments and \
+                     approval {id}."
+                )
+            } else {
+                format!(
+                    "This action needs the user's approval and nothing was done yet; ask the user whether to \
+                     go ahead, saying exactly what it will do, and only if they agree call the tool again with \
+                     the same arguments and approval {id}."
+                )
+            }
+        }
+        ErrorKind::ApprovalDeclined => {
+            "The user declined this action, so it was not done; do not retry it, and ask the user what they \
+             want instead."
+                .to_owned()
+        }
+        ErrorKind::ApprovalExpired => {
+            "The approval for this action has expired or was already used, so nothing was done; call the tool \
+             again without it to ask the user for a new approval."
+                .to_owned()
+        }
+        ErrorKind::ApprovalMismatch => {
+            let differs: Vec<&str> = err
+                .detail("differs")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            format!(
+                "The approval given was for a different action ({} differ), so nothing was done; an approval \
+                 covers only the exact call the user agreed to, so call the tool again without it to ask for \
+                 this one.",
+                if differs.is_empty() { "its details".to_owned() } else { differs.join(", ") }
+            )
+        }
+        ErrorKind::IdempotencyConflict => {
+            "That idempotency key was already used for a different action, so nothing was done; use a new \
+             key for a new action, or the same arguments to get the first one's outcome."
+                .to_owned()
+        }
     }
 }
 
@@ -135,5 +179,11 @@ mod tests {
                 .with("retryable", false),
         );
         assert!(c.contains("user declined") && c.contains("do not retry"), "{c}");
+        let a = for_model(
+            &WireError::new(ErrorKind::ApprovalRequired, "x").with("approval", "ap-1").with("asked", "device"),
+        );
+        assert!(a.contains("ap-1") && a.contains("device") && a.contains("nothing was done"), "{a}");
+        let m = for_model(&WireError::new(ErrorKind::ApprovalMismatch, "x").with("differs", vec!["arguments"]));
+        assert!(m.contains("(arguments differ)"), "{m}");
     }
 }
