@@ -101,13 +101,19 @@ fn wire_field_names_are_pinned() {
             bound_seq: Some(3),
             idempotency_key: Some("k".into()),
             progress_token: None,
+            approval: Some("ap-1".into()),
+            approval_required: true,
+            redelivered: false,
         },
     };
     assert_eq!(
         serde_json::to_value(&params).unwrap(),
         json!({"session":"s","name":"client__x","arguments":{},
-               "_meta":{"credential":"c","budget_ms":12000,"bound_seq":3,"idempotency_key":"k"}})
+               "_meta":{"credential":"c","budget_ms":12000,"bound_seq":3,"idempotency_key":"k",
+                        "tether.dev/approval":"ap-1","tether.dev/approval_required":true}})
     );
+    assert_eq!(tether_contract::writes::meta::APPROVAL, "tether.dev/approval");
+    assert_eq!(tether_contract::writes::method::APPROVE, "tether.dev/approve");
     let result = CallToolResult {
         content: vec![json!({"type":"text","text":"t"})],
         structured_content: Some(json!({"a":1})),

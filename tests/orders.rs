@@ -128,7 +128,7 @@ async fn mira_reads_her_order_and_gets_exactly_the_allowlisted_fields() {
     let (backend, registry, _) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
     let listed: Vec<_> = turn.tools().iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(listed, ["client__read_screen", "get_order"]);
+    assert_eq!(listed, ["client__read_screen", "get_order", "cancel_order"]);
     let result = turn.call("get_order", json!({"order_id": "A-104"})).await.unwrap();
     assert_eq!(
         result.structured_content,
@@ -183,13 +183,13 @@ async fn a_principal_in_the_arguments_fails_argument_validation() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn cancel_order_is_unknown_before_any_lookup() {
+async fn refund_order_is_unknown_before_any_lookup() {
     let f = fixture().await;
     let (backend, registry, source) = snapshot_registry();
     let mut turn = turn(&f, &registry, Some("mira")).await;
-    let err = turn.call("cancel_order", json!({"order_id": "A-104"})).await.unwrap_err();
+    let err = turn.call("refund_order", json!({"order_id": "A-104"})).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::ToolUnavailable);
-    assert_eq!(err.detail("available"), Some(&json!(["client__read_screen", "get_order"])));
+    assert_eq!(err.detail("available"), Some(&json!(["client__read_screen", "get_order", "cancel_order"])));
     assert_eq!((source.denials(), backend.executions()), (0, 0));
 }
 
@@ -343,4 +343,221 @@ impl tether_core::ToolSource for Reports {
             }
         })
     }
+}
+
+// ---- cancel_order: the write contract, end to end through core's dispatcher ----
+
+/// A cancellation whose answer is lost: the first cancel runs on the backend,
+/// then never answers (the orders API did it, the reply went missing).
+#[derive(Debug)]
+struct LosesFirstAnswer {
+    inner: SnapshotBackend,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl OrderBackend for LosesFirstAnswer {
+    fn read<'a>(&'a self, order_id: &'a str) -> BoxFuture<'a, Result<Value, BackendError>> {
+        self.inner.read(order_id)
+    }
+    fn cancel<'a>(
+        &'a self,
+        order_id: &'a str,
+        key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let done = self.inner.cancel(order_id, key).await;
+            if !self.lost.swap(true, Ordering::SeqCst) {
+                futures::future::pending::<()>().await;
+            }
+            done
+        })
+    }
+    fn executions(&self) -> u64 {
+        self.inner.executions()
+    }
+    fn cancellations(&self) -> u64 {
+        self.inner.cancellations()
+    }
+}
+
+/// Calls cancel_order with an approval and a key.
+async fn cancel(
+    turn: &mut Turn<'_>,
+    arguments: Value,
+    approval: Option<&str>,
+    key: Option<&str>,
+) -> Result<CallToolResult, WireError> {
+    let options = tether_core::CallOptions {
+        approval: approval.map(str::to_owned),
+        idempotency_key: key.map(str::to_owned),
+        ..Default::default()
+    };
+    turn.call_with(tether_example_orders::CANCEL, arguments, options).await
+}
+
+/// The approval an `approval_required` error asks for.
+fn asked(err: &WireError) -> String {
+    assert_eq!(err.kind, ErrorKind::ApprovalRequired, "{err:?}");
+    err.detail("approval").and_then(Value::as_str).unwrap().to_owned()
+}
+
+fn receipt(result: &CallToolResult) -> Value {
+    result.meta.as_ref().and_then(|m| m.get("tether.dev/receipt")).cloned().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn mira_cancels_only_the_order_she_approved_once() {
+    let f = fixture().await;
+    let (backend, registry, _) = snapshot_registry();
+    let mut turn = turn(&f, &registry, Some("mira")).await;
+    let a104 = json!({"order_id": "A-104"});
+
+    // Asked, nothing ran: the model gets a sentence telling it to ask the user.
+    let err = cancel(&mut turn, a104.clone(), None, None).await.unwrap_err();
+    let grant = asked(&err);
+    assert!(tether_core::for_model(&err).contains("ask the user"), "{}", tether_core::for_model(&err));
+    assert_eq!(backend.cancellations(), 0);
+    // Not decided yet: still asking.
+    assert_eq!(
+        cancel(&mut turn, a104.clone(), Some(&grant), None).await.unwrap_err().kind,
+        ErrorKind::ApprovalRequired
+    );
+
+    let decided = turn.decide(&grant, true).await.unwrap();
+    assert_eq!(decided.state, tether_contract::writes::ApprovalState::Granted);
+
+    // mira's grant for A-104, used on B-205 (leo's): refused, nothing ran.
+    let err = cancel(&mut turn, json!({"order_id": "B-205"}), Some(&grant), None).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Forbidden);
+    // ... or on A-104 with other arguments: another action.
+    let other = json!({"order_id": "A-104", "reason": "changed my mind"});
+    let err = cancel(&mut turn, other, Some(&grant), None).await.unwrap_err();
+    assert_eq!((err.kind, err.detail("differs")), (ErrorKind::ApprovalMismatch, Some(&json!(["arguments"]))));
+    assert!(!tether_core::for_model(&err).contains("changed my mind"), "argument values are never echoed");
+    // leo cannot spend it either, even on the order it names: his turn on
+    // mira's session has no verified user to bind an approval to.
+    let mut leo = self::turn(&f, &registry, Some("leo")).await;
+    let err = cancel(&mut leo, a104.clone(), Some(&grant), None).await.unwrap_err();
+    assert_eq!((err.kind, f.link.counters().get("approvals_unbound")), (ErrorKind::Unauthenticated, 1));
+    assert_eq!(backend.cancellations(), 0, "no refusal reached the orders backend");
+
+    let done = cancel(&mut turn, a104.clone(), Some(&grant), None).await.unwrap();
+    assert_eq!(done.structured_content.as_ref().unwrap()["status"], "cancelled");
+    let receipt = receipt(&done);
+    assert_eq!(
+        (receipt["approval"]["id"].as_str(), receipt["approval"]["by"].as_str()),
+        (Some(&*grant), Some("caller"))
+    );
+    assert_eq!(receipt["outcome"], "ok");
+    assert!(
+        receipt.get("arguments").is_none() && !receipt.to_string().contains("A-104"),
+        "no argument values kept"
+    );
+    assert_eq!(backend.cancellations(), 1);
+
+    // A grant replayed: refused.
+    let err = cancel(&mut turn, a104, Some(&grant), None).await.unwrap_err();
+    assert_eq!((err.kind, err.detail("reason")), (ErrorKind::ApprovalExpired, Some(&json!("used"))));
+    assert_eq!(backend.cancellations(), 1);
+    assert_eq!(f.link.counters().get("approvals_refused"), 3, "pending, other arguments, replayed");
+    assert_eq!(f.link.counters().get("approvals_asked"), 1);
+    assert_eq!(f.link.receipts().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_runs_one_cancellation_and_never_another_action() {
+    let f = fixture().await;
+    let (backend, registry, _) = snapshot_registry();
+    let mut turn = turn(&f, &registry, Some("mira")).await;
+    let a104 = json!({"order_id": "A-104"});
+    let grant = asked(&cancel(&mut turn, a104.clone(), None, Some("K")).await.unwrap_err());
+    turn.decide(&grant, true).await.unwrap();
+    let first = cancel(&mut turn, a104.clone(), Some(&grant), Some("K")).await.unwrap();
+
+    // K reused for B-205: a conflict, before any lookup or approval.
+    let err = cancel(&mut turn, json!({"order_id": "B-205"}), None, Some("K")).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::IdempotencyConflict);
+    assert_eq!(f.link.counters().get("idempotency_conflicts"), 1);
+
+    // The agent lost the answer and asks again with K: the first outcome, its receipt included.
+    let again = cancel(&mut turn, a104, None, Some("K")).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(receipt(&again)["key"], "K");
+    assert_eq!(backend.cancellations(), 1, "exactly one cancellation");
+    assert_eq!(f.link.counters().get("keyed_replays"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_whose_answer_was_lost_runs_once_when_retried_with_its_key() {
+    let f = fixture().await;
+    let backend = Arc::new(LosesFirstAnswer {
+        inner: SnapshotBackend::new(Snapshot::fixture().unwrap()),
+        lost: Default::default(),
+    });
+    let (registry, _) = registry(backend.clone());
+    let mut turn = turn(&f, &registry, Some("mira")).await;
+    let a104 = json!({"order_id": "A-104"});
+    let grant = asked(&cancel(&mut turn, a104.clone(), None, Some("K")).await.unwrap_err());
+    turn.decide(&grant, true).await.unwrap();
+    let err = cancel(&mut turn, a104.clone(), Some(&grant), Some("K")).await.unwrap_err();
+    assert_eq!((err.kind, err.detail("outcome")), (ErrorKind::Timeout, Some(&json!("unknown"))));
+    assert_eq!(backend.cancellations(), 1, "it ran; its answer was lost");
+
+    // Retried with K: the same approved action, delivered again; the backend de-duplicates it.
+    let retried = cancel(&mut turn, a104, None, Some("K")).await.unwrap();
+    assert_eq!(
+        retried.structured_content.as_ref().unwrap()["cancellation_id"],
+        "CX-0001",
+        "the original receipt"
+    );
+    assert_eq!(receipt(&retried)["approval"]["id"].as_str(), Some(&*grant));
+    assert_eq!(backend.cancellations(), 1, "exactly one cancellation");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_does_not_outlive_the_order_state_it_saw_its_window_or_a_decline() {
+    let f = fixture().await;
+    let (backend, registry, _) = snapshot_registry();
+    let mut turn = turn(&f, &registry, Some("mira")).await;
+    let a104 = json!({"order_id": "A-104"});
+
+    // Approved while processing; the order shipped before the call.
+    let grant = asked(&cancel(&mut turn, a104.clone(), None, None).await.unwrap_err());
+    turn.decide(&grant, true).await.unwrap();
+    backend.set_status("A-104", "shipped");
+    let err = cancel(&mut turn, a104.clone(), Some(&grant), None).await.unwrap_err();
+    assert_eq!((err.kind, err.detail("differs")), (ErrorKind::ApprovalMismatch, Some(&json!(["state"]))));
+    backend.set_status("A-104", "processing");
+
+    // Declined: refused for good, and the user cannot be made to change their mind by the model.
+    let declined = asked(&cancel(&mut turn, a104.clone(), None, None).await.unwrap_err());
+    turn.decide(&declined, false).await.unwrap();
+    let err = cancel(&mut turn, a104.clone(), Some(&declined), None).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ApprovalDeclined);
+    assert!(tether_core::for_model(&err).contains("do not retry"));
+    assert_eq!(turn.decide(&declined, true).await.unwrap_err().kind, ErrorKind::ApprovalDeclined);
+
+    // Expired: the approval window (120 s) ran out between the yes and the call.
+    let late = asked(&cancel(&mut turn, a104.clone(), None, None).await.unwrap_err());
+    turn.decide(&late, true).await.unwrap();
+    tokio::time::advance(Budgets::default().approval).await;
+    let err = cancel(&mut turn, a104, Some(&late), None).await.unwrap_err();
+    assert_eq!((err.kind, err.detail("reason")), (ErrorKind::ApprovalExpired, Some(&json!("expired"))));
+    assert_eq!(backend.cancellations(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_order_stays_a_read_and_a_profile_can_turn_approvals_off() {
+    let f = fixture().await;
+    let (backend, registry, _) = snapshot_registry();
+    let mut turn = turn(&f, &registry, Some("mira")).await;
+    turn.call("get_order", json!({"order_id": "A-104"})).await.unwrap();
+    let never = support_profile(&f.link, "approval = \"never\"\n");
+    let mut trusted =
+        Turn::begin_scoped(&f.link, &f.session, Some(&common::user("mira")), Budgets::default(), never)
+            .await
+            .with_sources(&registry);
+    let done = trusted.call(tether_example_orders::CANCEL, json!({"order_id": "A-104"})).await.unwrap();
+    assert!(done.meta.is_none(), "no key, no approval: no receipt");
+    assert_eq!((backend.cancellations(), f.link.counters().get("approvals_asked")), (1, 0));
 }

@@ -20,6 +20,7 @@ use tracing::{debug, info};
 
 use tether_contract::backend::SessionClosed;
 use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::writes::DecideParams;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
 use tether_edge::router::{Local, Router};
@@ -296,6 +297,12 @@ async fn serve_read(inner: Arc<Inner>, hub: Arc<Hub>, session: String, message: 
                     Answer::of(Local.manifest(&hub, &session, &reader).await.map(Arc::unwrap_or_clone))
                 }
                 ReadOp::List => Answer::of(Local.list(&hub, &reader, Some(&session)).await),
+                // The holder decides for the session named by the subject, whatever the params say.
+                ReadOp::Decide(params) => Answer::of(Local::decide(
+                    &hub,
+                    &DecideParams { session: session.clone(), ..params },
+                    &reader,
+                )),
             }
         }
     };

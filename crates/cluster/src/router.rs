@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tether_contract::backend::{CallParams, CallResponse, Manifest, SessionInfo, SessionInspect, TurnBegun};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::mcp::RawCallResult;
+use tether_contract::writes::{DecideParams, Decided};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
@@ -572,6 +573,18 @@ impl Router for ClusterRouter {
             return Local.begin_turn(hub, session, reader);
         }
         Box::pin(self.read(hub, session, ReadOp::BeginTurn, reader))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: &'a DecideParams,
+        reader: &'a Reader,
+    ) -> Routed<'a, Decided> {
+        if hub.session(&params.session).is_some() {
+            return Local.decide(hub, params, reader);
+        }
+        Box::pin(self.read(hub, &params.session, ReadOp::Decide(params.clone()), reader))
     }
 
     fn inspect<'a>(

@@ -42,9 +42,11 @@ pub(crate) struct ClaimRequest {
 }
 
 /// Which read.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ReadOp {
+    /// `approvals/decide`: the user's answer (or a look), decided where the session lives.
+    Decide(tether_contract::writes::DecideParams),
     /// `turn/begin`.
     BeginTurn,
     /// `sessions/inspect`.

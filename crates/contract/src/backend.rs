@@ -28,8 +28,11 @@ pub mod method {
     /// Edge → backend: a session's device reconnected within the grace period
     /// and kept its session (instead of a close and a new session).
     pub const SESSION_RESUMED: &str = "notifications/session/resumed";
-    /// Operator view of one session: names, drops, recent calls.
+    /// Operator view of one session: names, drops, recent calls, receipts.
     pub const SESSIONS_INSPECT: &str = "sessions/inspect";
+    /// The user's answer to an approval the edge asked for (or, without an
+    /// answer, where it stands).
+    pub const APPROVALS_DECIDE: &str = "approvals/decide";
 }
 
 /// One connected session as `sessions/list` reports it.
@@ -116,6 +119,10 @@ pub struct TurnBegun {
     pub session: String,
     /// Seq of the applied manifest at turn start.
     pub seq: u64,
+    /// The turn's user as the edge verified them: what the backend binds
+    /// its own approvals to; absent for an operator or from an older edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// Why the edge left a declared tool out of the manifest.
@@ -207,6 +214,18 @@ pub struct CallMeta {
     /// reach this backend link while the call runs (MCP's name and meaning).
     #[serde(default, rename = "progressToken", skip_serializing_if = "Option::is_none")]
     pub progress_token: Option<Value>,
+    /// The approval this call presents (`approval_required` gave its id).
+    #[serde(default, rename = "tether.dev/approval", skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// The backend's own policy needs an approval for this call (core's caller
+    /// profile): the edge asks for one even where its own policy would not.
+    #[serde(default, rename = "tether.dev/approval_required", skip_serializing_if = "std::ops::Not::not")]
+    pub approval_required: bool,
+    /// A keyed call the edge delivers again after its device resumed: its
+    /// write gate ran on the first delivery. Only edges set it; the backend
+    /// link clears it on every request it reads.
+    #[serde(default, rename = "tether.dev/redelivered", skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 /// Params of a backend `tools/call`.
@@ -238,6 +257,9 @@ pub struct CallResponse<R = CallToolResult> {
     /// True when the result's seq moved but the re-read failed; the manifest may be stale.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manifest_stale: bool,
+    /// What an approved or keyed call left behind (the first run's, on a replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::writes::Receipt>,
 }
 
 /// Params of `notifications/tools/list_changed` on the backend link.
@@ -339,4 +361,7 @@ pub struct SessionInspect {
     pub pending_calls: usize,
     /// The most recent calls, oldest first.
     pub recent_calls: Vec<RecentCall>,
+    /// Receipts of the session's approved and keyed calls, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receipts: Vec<crate::writes::Receipt>,
 }

@@ -28,6 +28,42 @@ pub mod meta {
     pub const APPROVAL_REQUIRED: &str = "tether.dev/approval_required";
     /// The receipt of an approved or keyed call, in the result's `_meta`.
     pub const RECEIPT: &str = "tether.dev/receipt";
+    /// In a device's handshake answer (`initialize` or `server/discover`
+    /// `_meta`): `true` when it asks its user to approve calls ([`super::method::APPROVE`]).
+    pub const APPROVALS: &str = "tether.dev/approvals";
+}
+
+/// Methods of the write contract on the device link.
+pub mod method {
+    /// Edge → device: ask the device's user to approve one call
+    /// ([`super::ApproveParams`]); the device answers [`super::ApproveResult`].
+    pub const APPROVE: &str = "tether.dev/approve";
+}
+
+/// Params of `tether.dev/approve`: everything the user needs to decide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApproveParams {
+    /// The approval's id.
+    pub approval: String,
+    /// The tool's name as the device declared it.
+    pub tool: String,
+    /// Its declared title, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its declared description, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The exact arguments the call would run with.
+    pub arguments: Value,
+    /// How long the user has to decide, in ms.
+    pub expires_in_ms: u64,
+}
+
+/// The device's answer to `tether.dev/approve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproveResult {
+    /// True when the user approved.
+    pub approve: bool,
 }
 
 /// Which calls need an approval before they run.
@@ -222,15 +258,16 @@ pub enum Approver {
 }
 
 /// `approvals/decide` params on the backend link: the user's answer to an
-/// approval request, presented with their credential.
+/// approval request (or a look at where it stands), with their credential.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecideParams {
     /// The session the approval was asked for.
     pub session: String,
     /// The approval's id, from the `approval_required` error.
     pub approval: String,
-    /// True: run it; false: do not.
-    pub approve: bool,
+    /// True: run it; false: do not; absent: only say where it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<bool>,
     /// The deciding user's credential.
     #[serde(default, rename = "_meta")]
     pub meta: crate::backend::ReadMeta,

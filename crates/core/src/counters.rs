@@ -9,6 +9,10 @@ tether_counters::counters! {
     events {
         /// Requests dropped by their caller before an outcome (a cancelled call); the edge was told to cancel.
         requests_cancelled,
+        /// Approvals asked for server-side calls that needed one and came without (nothing ran).
+        approvals_asked,
+        /// Server-side calls answered with their key's first outcome (the source not called again).
+        keyed_replays,
     }
     fallbacks {
         /// Tool names refused by namespace re-validation.
@@ -51,6 +55,12 @@ tether_counters::counters! {
         credential_missing,
         /// `find_tools` queries longer than the declared 200 characters, searched for their first 200.
         find_tools_queries_cut,
+        /// Server-side calls refused at dispatch: their approval was pending, declined, expired, used, unknown or for another call.
+        approvals_refused,
+        /// Server-side calls refused at dispatch: their idempotency key was used for another call.
+        idempotency_conflicts,
+        /// Server-side calls that need an approval refused because the turn has no verified user to bind it to.
+        approvals_unbound,
     }
 }
 

@@ -180,10 +180,13 @@ mod tests {
         );
         assert!(c.contains("user declined") && c.contains("do not retry"), "{c}");
         let a = for_model(
-            &WireError::new(ErrorKind::ApprovalRequired, "x").with("approval", "ap-1").with("asked", "device"),
+            &WireError::new(ErrorKind::ApprovalRequired, "x")
+                .with("approval", "ap-1")
+                .with("asked", "device"),
         );
         assert!(a.contains("ap-1") && a.contains("device") && a.contains("nothing was done"), "{a}");
-        let m = for_model(&WireError::new(ErrorKind::ApprovalMismatch, "x").with("differs", vec!["arguments"]));
+        let m =
+            for_model(&WireError::new(ErrorKind::ApprovalMismatch, "x").with("differs", vec!["arguments"]));
         assert!(m.contains("(arguments differ)"), "{m}");
     }
 }

@@ -35,6 +35,7 @@ mod registry;
 mod scope;
 mod source;
 mod turn;
+mod writes;
 
 pub use context::DEFAULT_MAX_BYTES as CONTEXT_MAX_BYTES;
 pub use counters::CoreCounters;

@@ -140,6 +140,9 @@ impl Inner {
 pub struct BackendLink {
     inner: Arc<Inner>,
     notifications: Mutex<Option<mpsc::Receiver<Notification>>>,
+    /// Approvals, keys and receipts of this backend's server-side writes
+    /// (the edge keeps the client tools'), made with the first turn's window.
+    writes: std::sync::OnceLock<Arc<crate::writes::CoreLedger>>,
 }
 
 impl BackendLink {
@@ -236,7 +239,7 @@ impl BackendLink {
             };
             reader_inner.latch(&reason);
         });
-        BackendLink { inner, notifications: Mutex::new(Some(notify_rx)) }
+        BackendLink { inner, notifications: Mutex::new(Some(notify_rx)), writes: std::sync::OnceLock::new() }
     }
 
     /// Takes the notification queue (once; later calls get None).
@@ -354,6 +357,30 @@ impl BackendLink {
         budget: Duration,
     ) -> Result<Manifest, WireError> {
         self.typed(method::TOOLS_LIST, read_params(session, credential), Leg::TurnStart, budget).await
+    }
+
+    /// The user's answer to an approval the edge asked for (`approve: None`
+    /// only reads where it stands); prefer [`crate::Turn::decide`].
+    pub async fn decide(
+        &self,
+        params: &tether_contract::writes::DecideParams,
+        budget: Duration,
+    ) -> Result<tether_contract::writes::Decided, WireError> {
+        let value = serde_json::to_value(params)
+            .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("bad decide params: {e}")))?;
+        self.typed(method::APPROVALS_DECIDE, value, Leg::TurnStart, budget).await
+    }
+
+    /// The ledger of this backend's server-side writes.
+    pub(crate) fn writes(&self, window: Duration) -> &Arc<crate::writes::CoreLedger> {
+        self.writes.get_or_init(|| {
+            Arc::new(tether_ledger::Ledger::new(window, tether_ledger::LedgerLimits::default()))
+        })
+    }
+
+    /// Receipts of this backend's server-side writes (a device's are in `sessions/inspect`).
+    pub fn receipts(&self) -> Vec<tether_contract::writes::Receipt> {
+        self.writes.get().map(|l| l.receipts.recent()).unwrap_or_default()
     }
 
     /// One raw `tools/call` whose device progress goes to `progress` while it

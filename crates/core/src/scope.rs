@@ -29,6 +29,9 @@ use toml::{Table, Value};
 use tether_contract::{ErrorKind, WireError};
 use tether_counters::fallback;
 
+use tether_contract::mcp::ToolDeclaration;
+use tether_contract::writes::ApprovalPolicy;
+
 use crate::counters::CoreCounters;
 use crate::source::{LatencyClass, CLIENT_SOURCE};
 
@@ -71,6 +74,10 @@ pub struct CallerProfile {
     pub binding: Binding,
     /// The slowest source this caller may wait on.
     pub latency: LatencyClass,
+    /// Which of its calls need the user's approval (default: destructive ones).
+    pub approval: ApprovalPolicy,
+    /// Tools that need an approval whatever their annotations say.
+    pub approval_tools: Vec<Pattern>,
 }
 
 impl CallerProfile {
@@ -82,6 +89,8 @@ impl CallerProfile {
             tools: vec![Pattern("*".into())],
             binding: Binding::Direct,
             latency: LatencyClass::Background,
+            approval: ApprovalPolicy::Destructive,
+            approval_tools: Vec::new(),
         }
     }
 
@@ -93,12 +102,20 @@ impl CallerProfile {
             tools: Vec::new(),
             binding: Binding::Direct,
             latency: LatencyClass::Interactive,
+            approval: ApprovalPolicy::Always,
+            approval_tools: Vec::new(),
         }
     }
 
     /// Whether the profile allows the tool name `tool`.
     pub fn allows(&self, tool: &str) -> bool {
         self.tools.iter().any(|p| p.matches(tool))
+    }
+
+    /// Whether a call to `tool` needs the user's approval under this profile.
+    pub fn needs_approval(&self, tool: &ToolDeclaration) -> bool {
+        let listed = self.approval_tools.iter().any(|p| p.matches(&tool.name));
+        self.approval.needs(tool, listed)
     }
 
     /// Whether the profile reaches a source with this id and latency class.
@@ -117,6 +134,10 @@ struct ProfileSection {
     binding: Binding,
     #[serde(default = "interactive")]
     latency: LatencyClass,
+    #[serde(default)]
+    approval: ApprovalPolicy,
+    #[serde(default)]
+    approval_tools: Vec<String>,
 }
 
 fn client_only() -> Vec<String> {
@@ -150,15 +171,8 @@ pub enum ProfileError {
 fn resolve(name: &str, value: &Value) -> Result<CallerProfile, ProfileError> {
     let section: ProfileSection =
         value.clone().try_into().map_err(|e: toml::de::Error| ProfileError::Toml(e.message().to_owned()))?;
-    let mut tools = Vec::with_capacity(section.tools.len());
-    for t in section.tools {
-        let stem = t.strip_suffix('*').unwrap_or(&t);
-        let valid = t == "*" || (!stem.is_empty() && stem.chars().all(tether_contract::names::is_slug_char));
-        if !valid {
-            return Err(ProfileError::BadPattern(t));
-        }
-        tools.push(Pattern(t));
-    }
+    let tools = patterns(section.tools)?;
+    let approval_tools = patterns(section.approval_tools)?;
     if let Some(bad) = section.sources.iter().find(|s| s.is_empty()) {
         return Err(ProfileError::BadSource(bad.clone()));
     }
@@ -168,7 +182,22 @@ fn resolve(name: &str, value: &Value) -> Result<CallerProfile, ProfileError> {
         tools,
         binding: section.binding,
         latency: section.latency,
+        approval: section.approval,
+        approval_tools,
     })
+}
+
+fn patterns(names: Vec<String>) -> Result<Vec<Pattern>, ProfileError> {
+    let mut out = Vec::with_capacity(names.len());
+    for t in names {
+        let stem = t.strip_suffix('*').unwrap_or(&t);
+        let valid = t == "*" || (!stem.is_empty() && stem.chars().all(tether_contract::names::is_slug_char));
+        if !valid {
+            return Err(ProfileError::BadPattern(t));
+        }
+        out.push(Pattern(t));
+    }
+    Ok(out)
 }
 
 /// Every configured caller profile, resolved on first use.

@@ -57,6 +57,10 @@ pub struct CallContext<'a> {
     pub idempotency_key: Option<&'a str>,
     /// Where the caller wants progress, when it asked (a source may report none).
     pub progress: Option<&'a crate::link::ProgressSender>,
+    /// The approval the call presents, when it has one.
+    pub approval: Option<&'a str>,
+    /// The caller's profile needs an approval for this call.
+    pub approval_required: bool,
 }
 
 impl CallContext<'_> {
@@ -79,6 +83,20 @@ pub trait ToolSource: Send + Sync + std::fmt::Debug {
 
     /// The tools it offers now.
     fn tools(&self) -> Vec<ToolDeclaration>;
+
+    /// What a call would act on, as it is now (a record's status or
+    /// version), bound into the call's approval: a grant asked while it was
+    /// one thing does not run the call once it is another. The default, None,
+    /// binds the arguments alone. Read before an approval is asked and again
+    /// before it is used.
+    fn approval_state<'a>(
+        &'a self,
+        _name: &'a str,
+        _arguments: &'a Value,
+        _ctx: CallContext<'a>,
+    ) -> BoxFuture<'a, Result<Option<Value>, WireError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 
     /// Runs one call. The dispatcher has already checked scope, the name and
     /// the arguments; it also enforces the deadline, so a source that ignores

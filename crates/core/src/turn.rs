@@ -20,9 +20,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tracing::info;
 
-use tether_contract::backend::{CallMeta, CallParams, Manifest};
+use tether_contract::backend::{CallMeta, CallParams, Manifest, ReadMeta};
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
 use tether_contract::names::PREFIX;
+use tether_contract::writes::{Approver, DecideParams, Decided};
 use tether_contract::{Budgets, ErrorKind, Leg, SchemaLimits, WireError};
 
 use crate::counters::CoreCounters;
@@ -93,6 +94,9 @@ impl ToolSource for ClientSource<'_> {
                     bound_seq: self.seq(),
                     idempotency_key: ctx.idempotency_key.map(str::to_owned),
                     progress_token: None, // set by the link when progress is wanted
+                    approval: ctx.approval.map(str::to_owned),
+                    approval_required: ctx.approval_required,
+                    redelivered: false,
                 },
             };
             let response = match ctx.progress {
@@ -102,7 +106,11 @@ impl ToolSource for ClientSource<'_> {
             if let Some(fresh) = response.manifest {
                 self.set_manifest(fresh);
             }
-            Ok(response.result)
+            let mut result = response.result;
+            if let Some(receipt) = &response.receipt {
+                crate::writes::attach_receipt(&mut result, receipt);
+            }
+            Ok(result)
         })
     }
 }
@@ -114,6 +122,9 @@ pub struct CallOptions {
     pub idempotency_key: Option<String>,
     /// Where the device's progress goes while the call runs.
     pub progress: Option<crate::link::ProgressSender>,
+    /// The approval the user gave for exactly this call (the id an
+    /// `approval_required` error carried, decided with [`Turn::decide`]).
+    pub approval: Option<String>,
 }
 
 /// Where a callable name goes.
@@ -141,6 +152,8 @@ pub struct Turn<'a> {
     counters: Arc<CoreCounters>,
     profile: Arc<CallerProfile>,
     credential: Option<String>,
+    /// The turn's user as the edge verified them at turn start.
+    principal: Option<String>,
     registry: Registry,
     gates: HashMap<String, Gate>,
     listed: Vec<ToolDeclaration>,
@@ -182,6 +195,7 @@ impl<'a> Turn<'a> {
             counters,
             profile,
             credential: user.map(str::to_owned),
+            principal: None,
             registry: Registry::new(),
             gates: HashMap::new(),
             listed: Vec::new(),
@@ -228,6 +242,7 @@ impl<'a> Turn<'a> {
         let left = deadline.saturating_duration_since(Instant::now());
         let manifest = link.list_tools(&self.client.session, credential, left).await?;
         self.turn_id = Some(begun.turn);
+        self.principal = begun.principal;
         info!(session = %self.client.session, seq = manifest.seq, "turn bound to manifest");
         self.client.set_manifest(manifest);
         self.rebuild();
@@ -407,7 +422,7 @@ impl<'a> Turn<'a> {
         arguments: Value,
         idempotency_key: Option<String>,
     ) -> Result<CallToolResult, WireError> {
-        self.call_with(name, arguments, CallOptions { idempotency_key, progress: None }).await
+        self.call_with(name, arguments, CallOptions { idempotency_key, ..CallOptions::default() }).await
     }
 
     /// Calls a tool with options: an idempotency key, and where its progress goes.
@@ -417,19 +432,22 @@ impl<'a> Turn<'a> {
         arguments: Value,
         options: CallOptions,
     ) -> Result<CallToolResult, WireError> {
-        let CallOptions { idempotency_key, progress } = options;
+        let CallOptions { idempotency_key, progress, approval } = options;
         if name == FIND_TOOLS && self.profile.binding == Binding::Discovery {
             return Ok(self.find_tools(&arguments));
         }
         // Models often send no arguments for a tool that takes none.
         let arguments = if arguments.is_null() { json!({}) } else { arguments };
         let gate = self.admit(name, &arguments)?;
+        let needs_approval = self.profile.needs_approval(&gate.declaration);
         let budget = self.budgets.per_tool;
         let ctx = CallContext {
             credential: self.credential.as_deref(),
             deadline: Instant::now() + budget,
             idempotency_key: idempotency_key.as_deref(),
             progress: progress.as_ref(),
+            approval: approval.as_deref(),
+            approval_required: needs_approval,
         };
         let outcome = match &gate.route {
             // The link enforces the budget itself, and cleans up its pending entry on expiry.
@@ -443,7 +461,8 @@ impl<'a> Turn<'a> {
             }
             Route::Server(source) => {
                 let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
-                tokio::time::timeout(budget, source.call(name, arguments, ctx))
+                let gated = self.server_write(source.as_ref(), name, arguments, ctx, needs_approval);
+                tokio::time::timeout(budget, gated)
                     .await
                     .unwrap_or_else(|_| Err(WireError::timeout(Leg::PerTool, ms)))
             }
@@ -476,6 +495,69 @@ impl<'a> Turn<'a> {
             return Err(err);
         }
         Ok(result)
+    }
+
+    /// A server-side call through the write gate: the source's state is read
+    /// when an approval is checked, so the grant binds it.
+    async fn server_write(
+        &self,
+        source: &dyn ToolSource,
+        name: &str,
+        arguments: Value,
+        ctx: CallContext<'_>,
+        needs_approval: bool,
+    ) -> Result<CallToolResult, WireError> {
+        let write = crate::writes::ServerWrite {
+            ledger: self.client.link.writes(self.budgets.approval),
+            counters: &self.counters,
+            principal: self.principal.as_deref(),
+            session: &self.client.session,
+            name,
+            arguments: &arguments,
+            key: ctx.idempotency_key,
+            approval: ctx.approval,
+            needs_approval,
+        };
+        let state = source.approval_state(name, &arguments, ctx);
+        let run = source.call(name, arguments.clone(), ctx);
+        crate::writes::gated(write, state, run).await
+    }
+
+    /// The user's answer to an approval this turn's calls asked for: `true`
+    /// runs the call it names (once, with exactly its arguments), `false`
+    /// refuses it for good. Decided where the approval was asked — this
+    /// backend for a server-side tool, the session's edge for a device's.
+    pub async fn decide(&self, approval: &str, approve: bool) -> Result<Decided, WireError> {
+        self.approval(approval, Some(approve)).await
+    }
+
+    /// Where an approval stands (a device's user may be deciding it now).
+    pub async fn approval_state(&self, approval: &str) -> Result<Decided, WireError> {
+        self.approval(approval, None).await
+    }
+
+    async fn approval(&self, approval: &str, approve: Option<bool>) -> Result<Decided, WireError> {
+        let ledger = self.client.link.writes(self.budgets.approval);
+        if ledger.approvals.binding(approval).is_some() {
+            let Some(principal) = self.principal.as_deref() else {
+                return Err(WireError::new(
+                    ErrorKind::Unauthenticated,
+                    "this turn has no verified user to decide",
+                ));
+            };
+            let outcome = match approve {
+                Some(approve) => ledger.approvals.decide(approval, principal, approve, Approver::Caller),
+                None => ledger.approvals.state(approval, principal),
+            };
+            return outcome.map_err(|r| r.to_wire(approval));
+        }
+        let params = DecideParams {
+            session: self.client.session.clone(),
+            approval: approval.to_owned(),
+            approve,
+            meta: ReadMeta { credential: self.credential.clone() },
+        };
+        self.client.link.decide(&params, self.budgets.turn_start).await
     }
 
     /// The discovery meta-tool: ranks the tools this caller may reach for the

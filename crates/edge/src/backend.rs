@@ -25,6 +25,7 @@ use tether_contract::backend::{method, CallParams, ListParams, SessionParams, Se
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp;
+use tether_contract::writes::DecideParams;
 use tether_counters::fallback;
 
 use crate::auth::Link;
@@ -143,8 +144,15 @@ pub async fn handle(
             let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
             to_value(&*router.manifest(hub, &p.session, &reader).await?)
         }
+        method::APPROVALS_DECIDE => {
+            let p: DecideParams = params(raw)?;
+            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            to_value(&router.decide(hub, &p, &reader).await?)
+        }
         method::TOOLS_CALL => {
-            let p: CallParams = params(raw)?;
+            let mut p: CallParams = params(raw)?;
+            // Only an edge delivers a call again; a backend's request is always a first delivery.
+            p.meta.redelivered = false;
             EdgeCounters::bump(&hub.counters().calls_started);
             let outcome = if hub.is_draining() {
                 fallback!(hub.counters().calls_refused_draining, info, session = %p.session, "call refused: the edge is draining");

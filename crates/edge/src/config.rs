@@ -61,6 +61,21 @@ pub struct EdgeConfig {
     pub broken_profiles: Vec<BrokenProfile>,
     /// The users' identity provider, whose tokens are accepted beside the edge's own.
     pub identity: Option<crate::idp::IdpConfig>,
+    /// Which client tools need an approval, and how much of the write ledger is kept.
+    pub writes: WritesConfig,
+}
+
+/// The edge's write contract: its approval policy (the floor for every
+/// backend: a backend's own policy can ask for more, never less) and the
+/// bounds of each session's ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritesConfig {
+    /// Which calls to client tools need an approval.
+    pub approval: tether_contract::writes::ApprovalPolicy,
+    /// Tools (the device's original names) that need one whatever their annotations say.
+    pub approval_tools: Vec<String>,
+    /// Approvals, keys and receipts kept per session.
+    pub limits: tether_ledger::LedgerLimits,
 }
 
 impl Default for EdgeConfig {
@@ -86,6 +101,7 @@ impl Default for EdgeConfig {
             client_profiles: Vec::new(),
             broken_profiles: Vec::new(),
             identity: None,
+            writes: WritesConfig::default(),
         }
     }
 }

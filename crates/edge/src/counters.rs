@@ -54,6 +54,14 @@ tether_counters::counters! {
         sessions_resumed,
         /// Keyed calls delivered again on a resumed session's new socket.
         calls_redelivered,
+        /// Approvals asked for calls that needed one and came without (the call ended there, nothing sent).
+        approvals_asked,
+        /// Approvals decided, by the device's user or the caller's.
+        approvals_decided,
+        /// Grants taken by the call they were bound to (each exactly once).
+        approvals_used,
+        /// Keyed calls answered with their key's first outcome, nothing sent to the device.
+        keyed_replays,
     }
     fallbacks {
         /// Device connections that failed the handshake (initialize or first read).
@@ -96,6 +104,14 @@ tether_counters::counters! {
         answer_ids_coerced,
         /// Backend calls refused before reaching the device: arguments did not match the tool's input schema.
         arguments_refused,
+        /// Calls refused before reaching the device: their approval was pending, declined, expired, used, unknown or for another call.
+        approvals_refused,
+        /// Calls refused before reaching the device: their idempotency key was used for another call.
+        idempotency_conflicts,
+        /// `approvals/decide` requests refused: unknown, expired or used approvals, another user's, or a changed mind.
+        approval_decisions_refused,
+        /// Approval requests the device did not answer (or answered too late); the caller may still decide them.
+        device_approvals_failed,
         /// Results refused for exceeding the result cap.
         results_too_large,
         /// Manifest candidates refused as not newer than the applied one.

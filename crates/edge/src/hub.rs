@@ -75,6 +75,9 @@ pub struct Hub {
     idle: Notify,
     events: broadcast::Sender<BackendEvent>,
     router: Box<dyn Router>,
+    /// Each session's write ledger, by id: made on its first approved or
+    /// keyed call, kept across a resume on this edge, gone with the session.
+    ledgers: DashMap<String, Arc<crate::session::EdgeLedger>>,
 }
 
 impl Hub {
@@ -110,6 +113,7 @@ impl Hub {
             idle: Notify::new(),
             events,
             router,
+            ledgers: DashMap::new(),
             schemas: crate::gate::SchemaCache::default(),
             catalogs: crate::shared::CatalogCache::default(),
         })
@@ -234,7 +238,27 @@ impl Hub {
     /// Removes a latched session and remembers why it closed.
     pub(crate) fn remove_closed(&self, session: &Session, reason: &str) {
         self.remove(session);
+        self.ledgers.remove(&session.id);
         self.remember_closed(&session.id, reason);
+    }
+
+    /// Session `id`'s write ledger, made on first use.
+    pub(crate) fn ledger(&self, id: &str) -> Arc<crate::session::EdgeLedger> {
+        let made = || {
+            let limits = self.config.writes.limits;
+            Arc::new(tether_ledger::Ledger::new(self.config.budgets.approval, limits))
+        };
+        Arc::clone(&self.ledgers.entry(id.to_owned()).or_insert_with(made))
+    }
+
+    /// Session `id`'s write ledger, if it has one.
+    pub(crate) fn ledger_if_any(&self, id: &str) -> Option<Arc<crate::session::EdgeLedger>> {
+        self.ledgers.get(id).map(|l| Arc::clone(&l))
+    }
+
+    /// Forgets the ledger of a session that moved to another edge.
+    pub(crate) fn forget_ledger(&self, id: &str) {
+        self.ledgers.remove(id);
     }
 
     /// Remembers why a session closed, so a late call gets `channel_closed`

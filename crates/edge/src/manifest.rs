@@ -166,6 +166,8 @@ pub struct Identity {
     pub instructions: Option<String>,
     /// Structured concept (`tether.dev/concept`).
     pub concept: Option<Value>,
+    /// The device asks its user to approve calls (`tether.dev/approvals: true`).
+    pub approvals: bool,
 }
 
 impl Identity {
@@ -173,7 +175,17 @@ impl Identity {
     pub fn new(server_info: &Value, instructions: Option<String>, concept: Option<Value>) -> Identity {
         let server_info =
             (!server_info.is_null()).then(|| serde_json::value::to_raw_value(server_info).ok()).flatten();
-        Identity { server_info, instructions, concept }
+        Identity { server_info, instructions, concept, approvals: false }
+    }
+
+    /// The same identity, saying whether the device asks its user to approve
+    /// calls: `_meta["tether.dev/approvals"]` of its handshake answer is `true`.
+    pub fn with_approvals(mut self, meta: Option<&serde_json::Map<String, Value>>) -> Identity {
+        self.approvals = meta
+            .and_then(|m| m.get(tether_contract::writes::meta::APPROVALS))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        self
     }
 
     /// The device's `serverInfo` (null when it sent none).

@@ -16,6 +16,7 @@ use tether_contract::backend::{
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::mcp::RawCallResult;
+use tether_contract::writes::{DecideParams, Decided};
 use tether_counters::fallback;
 use tracing::info;
 
@@ -88,6 +89,17 @@ pub trait Router: std::fmt::Debug + Send + Sync {
         reader: &'a Reader,
     ) -> Routed<'a, Arc<Manifest>>;
 
+    /// The user's answer to an approval of a session they own (or, without
+    /// an answer, where it stands), where the session lives.
+    fn decide<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: &'a DecideParams,
+        reader: &'a Reader,
+    ) -> Routed<'a, Decided> {
+        Box::pin(std::future::ready(Local::decide(hub, params, reader)))
+    }
+
     /// Runs a call on a session `owner` (the turn's verified user) owns;
     /// progress, when asked for, goes to `progress`.
     fn call<'a>(
@@ -154,6 +166,19 @@ impl Local {
         })
     }
 
+    /// Decides an approval of a session this edge holds: only its own user
+    /// decides (an operator reads sessions, never approves their calls).
+    pub fn decide(hub: &Hub, params: &DecideParams, reader: &Reader) -> Result<Decided, WireError> {
+        let Reader::User(principal) = reader else {
+            return Err(WireError::new(
+                ErrorKind::Forbidden,
+                "an operator credential cannot decide an approval",
+            )
+            .with("session", params.session.as_str()));
+        };
+        Local::readable(hub, &params.session, reader)?.decide(params, principal)
+    }
+
     /// The session a read names, if the reader may see it: another user's
     /// session is `forbidden` and reveals nothing but that.
     fn readable(hub: &Hub, session: &str, reader: &Reader) -> Result<Arc<Session>, WireError> {
@@ -217,6 +242,10 @@ impl Router for Local {
             turn: uuid::Uuid::new_v4().to_string(),
             session: s.id.clone(),
             seq: s.manifest().map_or(0, |m| m.seq),
+            principal: match reader {
+                Reader::User(principal) => Some(principal.clone()),
+                Reader::Operator(_) => None,
+            },
         });
         Box::pin(std::future::ready(begun))
     }

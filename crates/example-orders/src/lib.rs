@@ -1,4 +1,6 @@
-//! An example server-side tool source: `get_order`, read from an orders backend.
+//! An example server-side tool source: `get_order`, read from an orders
+//! backend, and `cancel_order`, a write that runs only with the user's
+//! approval bound to the order, the action, the user and the order's state.
 //!
 //! It shows what core expects of a source that is not a client device, and
 //! lives outside core because core names no domain:
@@ -20,4 +22,4 @@ pub mod snapshot;
 pub mod source;
 
 pub use snapshot::{Snapshot, SnapshotBackend};
-pub use source::{BackendError, JwtVerifier, OrderBackend, OrderSource, SOURCE_ID, TOOL};
+pub use source::{BackendError, JwtVerifier, OrderBackend, OrderSource, CANCEL, SOURCE_ID, TOOL};

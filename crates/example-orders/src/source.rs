@@ -19,8 +19,10 @@ use tether_core::{AuthPosture, CallContext, LatencyClass, ToolSource};
 
 /// The source id caller profiles name.
 pub const SOURCE_ID: &str = "orders";
-/// The one tool this source offers.
+/// The read this source offers.
 pub const TOOL: &str = "get_order";
+/// The write this source offers: destructive, so it runs only with the user's approval.
+pub const CANCEL: &str = "cancel_order";
 /// Audience of the user credentials this source accepts.
 const AUDIENCE: &str = "tether-client";
 
@@ -38,8 +40,23 @@ pub trait OrderBackend: Send + Sync + std::fmt::Debug {
     /// Reads one order; the response is passed on as the tool's result.
     fn read<'a>(&'a self, order_id: &'a str) -> BoxFuture<'a, Result<Value, BackendError>>;
 
+    /// Cancels one order that has not shipped, de-duplicated by `key`: the
+    /// same key answers its first cancellation again without cancelling twice.
+    fn cancel<'a>(
+        &'a self,
+        _order_id: &'a str,
+        _key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Value, BackendError>> {
+        Box::pin(std::future::ready(Err(BackendError::Status(501))))
+    }
+
     /// How many reads it has executed, for tests and metrics.
     fn executions(&self) -> u64;
+
+    /// How many orders it has cancelled (a replayed key is not one).
+    fn cancellations(&self) -> u64 {
+        0
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,6 +164,57 @@ impl OrderSource {
         }
     }
 
+    /// The cancellation's declaration: destructive (it needs an approval),
+    /// idempotent under a key, with an allowlisted result.
+    pub fn cancel_declaration() -> ToolDeclaration {
+        ToolDeclaration {
+            name: CANCEL.to_owned(),
+            title: Some("Cancel an order".to_owned()),
+            description: Some(
+                "Cancels one of the user's orders that has not shipped yet, by its id (for example A-104)."
+                    .to_owned(),
+            ),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string", "pattern": "^[A-Z]-[0-9]{3}$"},
+                    "reason": {"type": "string", "maxLength": 200}
+                },
+                "required": ["order_id"],
+                "additionalProperties": false
+            }),
+            output_schema: Some(json!({
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string"},
+                    "status": {"type": "string", "enum": ["cancelled"]},
+                    "cancellation_id": {"type": "string"},
+                    "source_version": {"type": "string"}
+                },
+                "required": ["order_id", "status", "cancellation_id", "source_version"],
+                "additionalProperties": false
+            })),
+            annotations: Some(
+                json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true}),
+            ),
+        }
+    }
+
+    /// The order a call names, once its user is verified and allowed it.
+    fn authorized_order<'a>(
+        &self,
+        arguments: &'a Value,
+        ctx: &CallContext<'_>,
+    ) -> Result<&'a str, WireError> {
+        let principal = self.verifier.principal(ctx.credential)?;
+        let order_id = arguments
+            .get("order_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidArguments, "order_id is required"))?;
+        self.authorize(&principal, order_id)?;
+        Ok(order_id)
+    }
+
     fn authorize(&self, principal: &str, order_id: &str) -> Result<(), WireError> {
         if self.owners.get(order_id).map(String::as_str) == Some(principal) {
             return Ok(());
@@ -186,6 +254,11 @@ fn classify(err: BackendError) -> WireError {
         BackendError::Status(404) => {
             WireError::new(ErrorKind::Forbidden, "order is not readable by this user")
         }
+        BackendError::Status(409) => {
+            WireError::new(ErrorKind::ClientError, "the order cannot be cancelled in its current state")
+                .with("code", "not_cancellable")
+                .with("retryable", false)
+        }
         BackendError::Status(429) => {
             WireError::new(ErrorKind::RateLimited, "orders backend is rate limiting")
                 .with("retry_after_ms", 1000)
@@ -214,7 +287,25 @@ impl ToolSource for OrderSource {
     }
 
     fn tools(&self) -> Vec<ToolDeclaration> {
-        vec![OrderSource::declaration()]
+        vec![OrderSource::declaration(), OrderSource::cancel_declaration()]
+    }
+
+    /// A cancellation's approval binds the order's status when it was asked:
+    /// approved while processing, it does not run once the order moved on.
+    fn approval_state<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a Value,
+        ctx: CallContext<'a>,
+    ) -> BoxFuture<'a, Result<Option<Value>, WireError>> {
+        Box::pin(async move {
+            if name != CANCEL {
+                return Ok(None);
+            }
+            let order_id = self.authorized_order(arguments, &ctx)?;
+            let order = self.read(order_id, ctx).await?;
+            Ok(Some(json!({"order_id": order_id, "status": order.get("status")})))
+        })
     }
 
     fn call<'a>(
@@ -224,19 +315,19 @@ impl ToolSource for OrderSource {
         ctx: CallContext<'a>,
     ) -> BoxFuture<'a, Result<CallToolResult, WireError>> {
         Box::pin(async move {
-            if name != TOOL {
+            if name != TOOL && name != CANCEL {
                 return Err(WireError::new(
                     ErrorKind::ToolUnavailable,
                     format!("{name} is not an orders tool"),
                 ));
             }
-            let principal = self.verifier.principal(ctx.credential)?;
-            let order_id = arguments
-                .get("order_id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| WireError::new(ErrorKind::InvalidArguments, "order_id is required"))?;
-            self.authorize(&principal, order_id)?;
-            let record = self.read(order_id, ctx).await?;
+            let order_id = self.authorized_order(&arguments, &ctx)?;
+            let record = if name == CANCEL {
+                // A write is never retried here: the key, passed on, makes a retry the caller's to make safely.
+                self.backend.cancel(order_id, ctx.idempotency_key).await.map_err(classify)?
+            } else {
+                self.read(order_id, ctx).await?
+            };
             Ok(CallToolResult {
                 content: vec![json!({"type": "text", "text": record.to_string()})],
                 structured_content: Some(record),

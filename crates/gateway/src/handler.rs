@@ -192,7 +192,7 @@ impl McpServer {
             }
             None => (None, None),
         };
-        let options = CallOptions { idempotency_key: None, progress };
+        let options = CallOptions { idempotency_key: None, progress, approval: None };
         let outcome = turn.call_with(&namespaced, arguments, options).await;
         // Progress sent before the result goes out before it: once the call is
         // over its sender is gone, so the relay drains and ends; what it cannot

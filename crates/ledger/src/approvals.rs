@@ -214,6 +214,26 @@ impl Approvals {
         })
     }
 
+    /// Where approval `id` stands, for its own user.
+    pub fn state(&self, id: &str, principal: &str) -> Result<Decided, Refusal> {
+        let now = Instant::now();
+        let table = lock(&self.table);
+        let entry = table.get(id).ok_or(Refusal::Gone(Gone::Unknown))?;
+        let left = self.window.saturating_sub(now.duration_since(entry.asked));
+        if left.is_zero() {
+            return Err(Refusal::Gone(Gone::Expired));
+        }
+        if entry.binding.principal != principal {
+            return Err(Refusal::NotYours);
+        }
+        let state = *entry.state.borrow();
+        Ok(Decided {
+            approval: id.to_owned(),
+            state,
+            expires_in_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
     /// Uses the approval `id` for `call`: once, only for the call it names,
     /// only within its window.
     pub fn take(&self, id: &str, call: &Binding) -> Result<Decision, Refusal> {
@@ -224,11 +244,14 @@ impl Approvals {
             table.remove(id);
             return Err(Refusal::Gone(Gone::Expired));
         }
+        let current = *entry.state.borrow();
+        if current == ApprovalState::Used {
+            return Err(Refusal::Gone(Gone::Used));
+        }
         let differs = entry.binding.differs(call);
         if !differs.is_empty() {
             return Err(Refusal::Mismatch(differs));
         }
-        let current = *entry.state.borrow();
         match (current, entry.decision) {
             (ApprovalState::Granted, Some(decision)) => {
                 entry.state.send_replace(ApprovalState::Used);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use tether_contract::writes::Fingerprint;
+use tether_contract::writes::{Fingerprint, ReceiptApproval};
 use tether_rpc::lock;
 
 #[derive(Debug)]
@@ -31,6 +31,9 @@ struct Entry<T> {
     fingerprint: Fingerprint,
     at: Instant,
     state: State<T>,
+    /// The grant an earlier run of this key took: the same key with the same
+    /// call is the same approved action, delivered again, not a new one.
+    approval: Option<ReceiptApproval>,
 }
 
 /// What a keyed call may do.
@@ -51,9 +54,24 @@ pub struct KeyRun<'a, T> {
     keys: &'a Keys<T>,
     key: String,
     outcome: Option<watch::Sender<Option<T>>>,
+    approved: Option<ReceiptApproval>,
 }
 
 impl<T: Clone + Send + Sync> KeyRun<'_, T> {
+    /// The grant an earlier run of this key took, if one did (its outcome
+    /// unknown, so this run delivers the same approved call again).
+    pub fn approved(&self) -> Option<&ReceiptApproval> {
+        self.approved.as_ref()
+    }
+
+    /// Records the grant this run took, for any later run of the key.
+    pub fn approve(&mut self, approval: ReceiptApproval) {
+        if let Some(entry) = lock(&self.keys.table).get_mut(&self.key) {
+            entry.approval = Some(approval.clone());
+        }
+        self.approved = Some(approval);
+    }
+
     /// Records how the run ended: `Some` a known outcome, replayed to every
     /// later call with the key; `None` unknown, so the next call runs again.
     pub fn finish(mut self, outcome: Option<T>) {
@@ -120,7 +138,13 @@ impl<T: Clone + Send + Sync> Keys<T> {
                     Some(entry) => {
                         let (tx, rx) = watch::channel(None);
                         entry.state = State::Running(rx);
-                        return Begin::Run(KeyRun { keys: self, key: key.to_owned(), outcome: Some(tx) });
+                        let approved = entry.approval.clone();
+                        return Begin::Run(KeyRun {
+                            keys: self,
+                            key: key.to_owned(),
+                            outcome: Some(tx),
+                            approved,
+                        });
                     }
                     None => {
                         let (tx, rx) = watch::channel(None);
@@ -128,9 +152,12 @@ impl<T: Clone + Send + Sync> Keys<T> {
                             fingerprint: fingerprint.clone(),
                             at: Instant::now(),
                             state: State::Running(rx),
+                            approval: None,
                         };
                         table.insert(key.to_owned(), entry);
-                        return Begin::Run(KeyRun { keys: self, key: key.to_owned(), outcome: Some(tx) });
+                        let run =
+                            KeyRun { keys: self, key: key.to_owned(), outcome: Some(tx), approved: None };
+                        return Begin::Run(run);
                     }
                 }
             };

@@ -8,18 +8,21 @@
 //!   arguments gets the first known outcome (or waits for the first run), with
 //!   other arguments it is refused.
 //! - [`Receipts`] — what approved or keyed calls did, bounded in count and age.
+//! - [`Ledger::admit`] — the gate both run: key, then approval, then the receipt.
 //!
 //! The edge holds one [`Ledger`] per session (client tools); core one per
 //! backend link (server-side sources). The rules are the same code, so the
 //! two gates refuse alike. No I/O: tokio's clock and channels only.
 
 mod approvals;
+mod gate;
 mod keys;
 mod receipts;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use approvals::{required, Approvals, Asked, Decision, Gone, Refusal};
+pub use gate::{Admit, Admitted, Refused, WriteCall};
 pub use keys::{Begin, KeyRun, Keys};
 pub use receipts::Receipts;
 

@@ -19,10 +19,11 @@ use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
 
+use super::writes::Gated;
 use super::{cancel_on_device, ms, Phase, Session};
 use crate::counters::EdgeCounters;
 use crate::exit::Exit;
-use crate::manifest::Digest;
+use crate::manifest::{AppliedManifest, Digest};
 use crate::ws::{Outbound, QueueError};
 
 /// How many recent calls `sessions/inspect` shows.
@@ -218,6 +219,7 @@ impl Session {
             dropped: manifest.as_ref().map(|m| m.dropped().to_vec()).unwrap_or_default(),
             pending_calls: self.pending_calls(),
             recent_calls: lock(&self.recent).iter().cloned().collect(),
+            receipts: self.hub.ledger_if_any(&self.id).map(|l| l.receipts.recent()).unwrap_or_default(),
         }
     }
 
@@ -228,7 +230,6 @@ impl Session {
     ) -> Result<CallResponse<RawCallResult>, WireError> {
         // Only what the call reads, not copies of the budget and cap tables: this state is in every call.
         let tool_call = self.hub.config.budgets.tool_call;
-        let result_cap = self.caps().result_bytes;
         let Some(applied) = self.manifest.current() else {
             return Err(WireError::new(ErrorKind::ToolUnavailable, "session has no manifest yet")
                 .with("available", Vec::<String>::new()));
@@ -256,6 +257,24 @@ impl Session {
             return Err(refused);
         }
         let leg = params.meta.budget_ms.map(|b| Duration::from_millis(b).min(tool_call)).unwrap_or(tool_call);
+        let Some(declaration) = applied.tools().iter().find(|t| t.name == params.name) else {
+            return Err(WireError::new(ErrorKind::Internal, "a listed tool has no declaration"));
+        };
+        let call = Gated { params, original: &original, declaration, leg };
+        let deliver = self.deliver(params, &original, progress, &applied, leg);
+        self.gated_write(call, deliver).await
+    }
+
+    /// Sends a call that passed every gate to the device, and reads its answer.
+    async fn deliver(
+        &self,
+        params: &CallParams,
+        original: &str,
+        progress: Option<ProgressRelay>,
+        applied: &AppliedManifest,
+        leg: Duration,
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
+        let result_cap = self.caps().result_bytes;
         let mut call_meta = self.request_meta();
         call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
         if let Some(key) = &params.meta.idempotency_key {
@@ -269,10 +288,10 @@ impl Session {
             lock(&self.progress).insert(token, relay);
             ProgressGuard { session: self, token }
         });
-        let device_params = DeviceCall { name: &original, arguments: &params.arguments, meta: &call_meta };
+        let device_params = DeviceCall { name: original, arguments: &params.arguments, meta: &call_meta };
         let started = Instant::now();
         let keyed = params.meta.idempotency_key.is_some();
-        let outcome = self.request(method::TOOLS_CALL, device_params, leg, &original, keyed).await;
+        let outcome = self.request(method::TOOLS_CALL, device_params, leg, original, keyed).await;
         self.observe_leg(Leg::ToolCall, started);
         let (raw, bytes) = match outcome {
             Ok(ok) => ok,
@@ -317,7 +336,8 @@ impl Session {
         })?;
         debug!(session = %self.id, tool = %params.name, elapsed_ms = ms(started.elapsed()), "call answered");
 
-        let mut response = CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false };
+        let mut response =
+            CallResponse { result, manifest: None, seq: applied.seq, manifest_stale: false, receipt: None };
         let moved = stamps.seq.filter(|s| *s > applied.seq);
         if moved.is_some_and(|seq| !self.restamp(seq, stamps.digest.as_deref().map(Digest::of))) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
@@ -354,6 +374,8 @@ impl Session {
         EdgeCounters::bump(&self.counters().calls_redelivered);
         info!(session = %self.id, tool = %params.name, left_ms = ms(left), "keyed call delivered again on the resumed session's new socket");
         params.meta.budget_ms = Some(ms(left).max(1));
+        // Its write gate ran on the first delivery (its grant is spent, its key running).
+        params.meta.redelivered = true;
         let hub = std::sync::Arc::clone(&self.hub);
         hub.router().call(&hub, params, &self.principal, progress).await
     }

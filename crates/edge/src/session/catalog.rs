@@ -74,7 +74,7 @@ impl Session {
         self.claimed_session(init.meta.as_ref());
         let concept = init.meta.as_ref().and_then(|m| m.get(meta::CONCEPT)).cloned();
         self.send_notification(method::INITIALIZED, &json!({}));
-        Ok(Identity::new(&init.server_info, init.instructions, concept))
+        Ok(Identity::new(&init.server_info, init.instructions, concept).with_approvals(init.meta.as_ref()))
     }
 
     /// The 2026-07-28 start: `server/discover` with the envelope; no handshake follows.
@@ -91,7 +91,8 @@ impl Session {
         let value: Value = serde_json::from_str(raw.get()).map_err(|e| refused(&e))?;
         let found = crate::revision::read_discover(&value).map_err(|e| refused(&e))?;
         self.claimed_session(value.get("_meta").and_then(Value::as_object));
-        Ok(Identity::new(&found.server_info, found.instructions, found.concept))
+        let meta = value.get("_meta").and_then(Value::as_object);
+        Ok(Identity::new(&found.server_info, found.instructions, found.concept).with_approvals(meta))
     }
 
     /// `meta` plus the session id the edge minted and, when resume is on,

@@ -12,6 +12,7 @@
 //! - [`calls`] — requests to the device, backend `tools/call`, progress relay, inspection.
 //! - [`catalog`] — the handshake (both revisions), catalog reads, the `list_changed` refresher.
 //! - [`reader`] — the read loop: frames in, answers paired, liveness, exits.
+//! - [`writes`] — the write gate: fingerprinted keys, approvals bound to the call, receipts.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -44,9 +45,11 @@ use crate::ws::{Outbound, Outbox};
 mod calls;
 mod catalog;
 mod reader;
+mod writes;
 
 pub use calls::ProgressRelay;
 pub use reader::MAX_STRIKES;
+pub use writes::EdgeLedger;
 
 use calls::{Answer, Late};
 
@@ -399,6 +402,10 @@ impl Session {
         self.closed.cancel();
         self.socket_done.cancel();
         if exit == Exit::Resumed {
+            if self.hub.session(&self.id).is_none() {
+                // Resumed on another edge: this edge's ledger goes with its last socket.
+                self.hub.forget_ledger(&self.id);
+            }
             // The session lives on, on its new socket: no tombstone, no `session_closed`.
             info!(session = %self.id, in_flight, "session resumed on a new socket; keyed calls in flight follow it");
             return;
