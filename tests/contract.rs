@@ -64,6 +64,11 @@ fn error_kind_strings_and_codes_are_pinned() {
         ("client_error", -32010),
         ("rate_limited", -32011),
         ("overloaded", -32012),
+        ("approval_required", -32013),
+        ("approval_declined", -32014),
+        ("approval_expired", -32015),
+        ("approval_mismatch", -32016),
+        ("idempotency_conflict", -32017),
         ("internal", -32603),
     ];
     assert_eq!(ErrorKind::ALL.len(), pinned.len(), "a kind was added: pin it here and in docs/PROTOCOL.md");

@@ -1,8 +1,8 @@
 //! The write contract: which calls need an approval, what an approval is
 //! bound to, the arguments' fingerprint, and the receipt a write leaves.
 //!
-//! A read may run as soon as the caller may call it. A write ("cancel the
-//! order", "unlock the door") runs only with a single-use grant bound to the
+//! A read may run as soon as the caller may call it. A write (a call that
+//! changes something it cannot take back) runs only with a single-use grant bound to the
 //! exact call — principal, session, the tool's original name, a fingerprint
 //! of the arguments, and the state the caller saw — and leaves a receipt.
 //! The same rule is held in two places, like the argument gate: the edge for
@@ -190,7 +190,7 @@ pub struct Binding {
     pub arguments: Fingerprint,
     /// The state the caller saw: the tool's declaration on a device (so a
     /// newer manifest that changed the tool voids it), or what a source says
-    /// the call acts on (an order's status).
+    /// the call acts on (a record's status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Fingerprint>,
 }
@@ -341,9 +341,9 @@ mod tests {
 
     fn binding(arguments: Value) -> Binding {
         Binding {
-            principal: "mira".into(),
+            principal: "u1".into(),
             session: "s1".into(),
-            tool: "cancel_order".into(),
+            tool: "t_write".into(),
             arguments: Fingerprint::of(&arguments),
             state: None,
         }
@@ -351,16 +351,16 @@ mod tests {
 
     #[test]
     fn a_fingerprint_ignores_key_order_and_nothing_else() {
-        let a = Fingerprint::of(&json!({"order_id": "A-104", "reason": {"why": "late", "code": 2}}));
-        let b = Fingerprint::of(&json!({"reason": {"code": 2, "why": "late"}, "order_id": "A-104"}));
+        let a = Fingerprint::of(&json!({"item": "x1", "reason": {"why": "late", "code": 2}}));
+        let b = Fingerprint::of(&json!({"reason": {"code": 2, "why": "late"}, "item": "x1"}));
         assert_eq!(a, b);
         assert_eq!(a.as_str().len(), 64);
         for other in [
-            json!({"order_id": "B-205", "reason": {"why": "late", "code": 2}}),
-            json!({"order_id": "A-104", "reason": {"why": "late", "code": 2.5}}),
-            json!({"order_id": "A-104", "reason": {"why": "late", "code": "2"}}),
-            json!({"order_id": "A-104", "reason": ["late", 2]}),
-            json!({"order_id": "A-104"}),
+            json!({"item": "x2", "reason": {"why": "late", "code": 2}}),
+            json!({"item": "x1", "reason": {"why": "late", "code": 2.5}}),
+            json!({"item": "x1", "reason": {"why": "late", "code": "2"}}),
+            json!({"item": "x1", "reason": ["late", 2]}),
+            json!({"item": "x1"}),
         ] {
             assert_ne!(Fingerprint::of(&other), a, "{other}");
         }
@@ -370,10 +370,10 @@ mod tests {
 
     #[test]
     fn a_binding_names_what_differs_without_values() {
-        let approved = binding(json!({"order_id": "A-104"}));
+        let approved = binding(json!({"item": "x1"}));
         assert!(approved.differs(&approved.clone()).is_empty());
-        let mut call = binding(json!({"order_id": "B-205"}));
-        call.principal = "leo".into();
+        let mut call = binding(json!({"item": "x2"}));
+        call.principal = "u2".into();
         call.state = Some(Fingerprint::of(&json!("cancelled")));
         assert_eq!(approved.differs(&call), [Differs::Principal, Differs::Arguments, Differs::State]);
     }

@@ -110,6 +110,9 @@ pub struct DeviceSpec {
     /// gets the remembered answer instead of running twice. Clones of a spec
     /// share it, so a device resumed with a clone of its spec remembers.
     pub answered: Arc<Mutex<HashMap<String, Value>>>,
+    /// How its user answers `tether.dev/approve`, by policy: None when the
+    /// device does not ask its user (it declares no `tether.dev/approvals`).
+    pub approves: Option<bool>,
 }
 
 /// Why a device spec could not be built.
@@ -184,7 +187,16 @@ impl DeviceSpec {
             answer_ceiling: Duration::from_secs(2),
             record_calls: true,
             answered: Arc::default(),
+            approves: None,
         }
+    }
+
+    /// A device that asks its user to approve calls, and whose user answers `approve`.
+    pub fn asking_approvals(mut self, approve: bool) -> DeviceSpec {
+        let meta = self.initialize.meta.get_or_insert_with(Default::default);
+        meta.insert(tether_contract::writes::meta::APPROVALS.to_owned(), Value::Bool(true));
+        self.approves = Some(approve);
+        self
     }
 
     /// Sets one tool's behaviour.
@@ -226,6 +238,8 @@ pub struct Observed {
     /// Calls answered from memory: a key already answered, delivered again.
     deduplicated: Mutex<Vec<String>>,
     cancels: Mutex<Vec<Value>>,
+    /// `tether.dev/approve` requests the device's user was shown.
+    approvals: Mutex<Vec<Value>>,
     manifest_reports: Mutex<Vec<Value>>,
     close_code: Mutex<Option<u16>>,
 }
@@ -238,6 +252,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Observed {
+    /// Approval requests the device's user was shown, oldest first.
+    pub fn approvals(&self) -> Vec<Value> {
+        lock(&self.approvals).clone()
+    }
+
     /// Idempotency keys of calls answered from memory instead of run again.
     pub fn deduplicated(&self) -> Vec<String> {
         lock(&self.deduplicated).clone()
@@ -726,6 +745,11 @@ async fn handle_request(
                 }
                 Behavior::Mixed(_) => {}
             }
+        }
+        tether_contract::writes::method::APPROVE if state.spec.approves.is_some() => {
+            lock(&observed.approvals).push(params);
+            let answer = json!({"approve": state.spec.approves == Some(true)});
+            let _ = out.send(reply(answer)).await;
         }
         other => {
             let err = tether_contract::WireError::new(
