@@ -119,6 +119,29 @@ fn the_readme_walk_through_gets_a_call_through() {
         run(&data, &["call", "--edge", &url, "--session", &session, "--tool", "client__x", "--args", "{"]);
     assert!(!bad_args.status.success());
     assert!(String::from_utf8_lossy(&bad_args.stderr).contains("--args is not valid JSON"));
+
+    // A destructive tool asks for the user's approval first; the CLI decides it as the user.
+    let submit = |extra: &[&str]| {
+        let mut argv = vec!["call", "--edge", &url, "--session", &session, "--tool", "client__submit_form"];
+        argv.extend_from_slice(&["--args", r#"{"formId":"F-1"}"#]);
+        argv.extend_from_slice(extra);
+        run(&data, &argv)
+    };
+    let asked = submit(&[]);
+    assert!(!asked.status.success());
+    let err: serde_json::Value = serde_json::from_slice(&asked.stdout).unwrap();
+    assert_eq!(err["error"]["data"]["kind"], "approval_required", "{err}");
+    let id = err["error"]["data"]["approval"].as_str().unwrap().to_owned();
+    let done = submit(&["--approval", &id, "--approve", "--key", "K-1"]);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(result["_meta"]["tether.dev/receipt"]["approval"]["id"], id.as_str());
+    let inspect = run(&data, &["inspect", &session, "--edge", &url]);
+    let shown = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        shown.lines().any(|l| l.contains("client__submit_form") && l.contains("key=K-1") && l.contains(&id)),
+        "{shown}"
+    );
     let _ = std::fs::remove_dir_all(&data);
 }
 

@@ -54,6 +54,18 @@ pub(crate) struct CallArgs {
     /// Data directory holding the secret.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Present this approval (the id an `approval_required` error gave).
+    #[arg(long)]
+    approval: Option<String>,
+    /// Decide `--approval` as the session's user first: approve it...
+    #[arg(long, requires = "approval", conflicts_with = "decline")]
+    approve: bool,
+    /// ...or decline it (nothing runs).
+    #[arg(long, requires = "approval")]
+    decline: bool,
+    /// An idempotency key: the same key with the same call gets its first outcome.
+    #[arg(long)]
+    key: Option<String>,
 }
 
 /// A backend link for the CLI, signed with the local secret.
@@ -113,12 +125,28 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<(), String> {
     for c in &view.recent_calls {
         println!("  {:<40} {:<18} {} ms", c.tool, c.outcome, c.latency_ms);
     }
+    if !view.receipts.is_empty() {
+        println!("receipts:");
+        for r in &view.receipts {
+            let approval = r
+                .approval
+                .as_ref()
+                .map_or_else(String::new, |a| format!("  approved by {:?} ({})", a.by, a.id));
+            let key = r.key.as_deref().map_or_else(String::new, |k| format!("  key={k}"));
+            println!(
+                "  {:<40} {:<18} fingerprint={}{key}{approval}",
+                r.tool,
+                r.outcome,
+                &r.fingerprint.as_str()[..12]
+            );
+        }
+    }
     Ok(())
 }
 
 /// Calls one tool through core's dispatcher, as an agent backend would.
 pub(crate) async fn call(args: CallArgs) -> Result<(), String> {
-    let CallArgs { session, tool, args, edge, data_dir } = args;
+    let CallArgs { session, tool, args, edge, data_dir, approval, approve, decline, key } = args;
     let arguments: Value =
         serde_json::from_str(&args).map_err(|e| format!("--args is not valid JSON: {e}"))?;
     let signing = keys(data_dir)?;
@@ -147,7 +175,20 @@ pub(crate) async fn call(args: CallArgs) -> Result<(), String> {
         print_error(e);
         return Err("call failed".into());
     }
-    match turn.call(&tool, arguments).await {
+    if let Some(id) = approval.as_deref().filter(|_| approve || decline) {
+        match turn.decide(id, approve).await {
+            Ok(decided) => eprintln!("approval {id}: {:?}", decided.state),
+            Err(e) => {
+                print_error(&e);
+                return Err("decide failed".into());
+            }
+        }
+        if decline {
+            return Ok(());
+        }
+    }
+    let options = tether_core::CallOptions { idempotency_key: key, approval, ..Default::default() };
+    match turn.call_with(&tool, arguments, options).await {
         Ok(result) => {
             println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
             Ok(())
