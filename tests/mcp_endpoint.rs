@@ -501,3 +501,42 @@ async fn an_identity_provider_token_reaches_the_users_devices() {
     assert_eq!(document["authorization_servers"], json!(["https://idp.test/"]));
     assert_eq!(document["resource"], json!(mcp.mcp));
 }
+
+/// A destructive tool over `/mcp`: a client that declared elicitation is asked
+/// (form mode) and the call runs once only if its user accepts; a client that
+/// did not is told, in the `isError` sentence, to ask the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destructive_call_is_approved_by_the_mcp_clients_user_or_explained() {
+    let mcp = McpEdge::start().await;
+    let (device, _session) = mcp.device("mira", DeviceSpec::fieldkit()).await;
+    let mira = common::user("mira");
+    let submit = ["client__submit_form", r#"{"formId":"F-1"}"#];
+    let sdk = Sdk::PythonHandshake;
+    let submitted = || device.observed.calls().iter().filter(|c| c.name == "submitForm").count();
+
+    let approved = sdk.observe("approve", &mcp.mcp, &mira, &[submit[0], submit[1], "accept"]).await;
+    assert_eq!(approved["isError"], json!(false), "{approved}");
+    let asked = approved["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{approved}");
+    assert!(
+        asked[0].as_str().unwrap().contains("client__submit_form")
+            && asked[0].as_str().unwrap().contains("F-1")
+    );
+    assert_eq!(approved["receipt"]["approval"]["by"], "caller", "{approved}");
+    assert_eq!(submitted(), 1);
+
+    let declined = sdk.observe("approve", &mcp.mcp, &mira, &[submit[0], submit[1], "decline"]).await;
+    assert_eq!(declined["isError"], json!(true), "{declined}");
+    assert!(declined["text"].as_str().unwrap().contains("declined"), "{declined}");
+    assert_eq!(submitted(), 1, "declined: nothing ran");
+
+    // No elicitation declared: the model is told what to do, with the approval's id.
+    let told = sdk.observe("call", &mcp.mcp, &mira, &submit).await;
+    assert_eq!(told["isError"], json!(true), "{told}");
+    let said = told["text"].as_str().unwrap();
+    assert!(said.contains("needs the user's approval") && said.contains("ap-"), "{said}");
+    assert_eq!(submitted(), 1);
+    let counters = &mcp.gateway.metrics().counters;
+    assert_eq!(counters.get("approvals_elicited"), 2);
+    assert_eq!(counters.get("approvals_not_elicited"), 1);
+}

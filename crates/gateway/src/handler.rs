@@ -29,6 +29,7 @@ use tether_contract::mcp::ToolDeclaration;
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, CallOptions, Turn};
 
+use crate::approval;
 use crate::auth::Scope;
 use crate::devices::{self, Device, Target};
 use crate::metrics::GatewayCounters;
@@ -192,8 +193,26 @@ impl McpServer {
             }
             None => (None, None),
         };
-        let options = CallOptions { idempotency_key: None, progress, approval: None };
-        let outcome = turn.call_with(&namespaced, arguments, options).await;
+        // A client that asked its user itself presents the approval it was given.
+        let presented =
+            ctx.meta.get(tether_contract::writes::meta::APPROVAL).and_then(Value::as_str).map(str::to_owned);
+        let options = CallOptions { idempotency_key: None, progress, approval: presented };
+        let mut outcome = turn.call_with(&namespaced, arguments.clone(), options).await;
+        if let Some(id) = outcome.as_ref().err().and_then(approval::asked_of_caller).map(str::to_owned) {
+            let counters = &shared.metrics.counters;
+            if let Some(answer) = approval::elicit(ctx, counters, &device, &namespaced, &arguments).await {
+                let approve = answer == approval::Answer::Approve;
+                outcome = match turn.decide(&id, approve).await {
+                    Ok(_) if approve => {
+                        let options = CallOptions { approval: Some(id), ..CallOptions::default() };
+                        turn.call_with(&namespaced, arguments, options).await
+                    }
+                    Ok(_) => Err(WireError::new(ErrorKind::ApprovalDeclined, "the user declined this call")
+                        .with("approval", id)),
+                    Err(e) => Err(e),
+                };
+            }
+        }
         // Progress sent before the result goes out before it: once the call is
         // over its sender is gone, so the relay drains and ends; what it cannot
         // send in time is dropped, never sent after the result.

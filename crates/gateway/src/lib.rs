@@ -16,6 +16,7 @@
 //! socket as `tether gateway --edge ws://…` where edges stay private. It
 //! never depends on `tether-edge`.
 
+mod approval;
 pub mod auth;
 pub mod devices;
 mod handler;

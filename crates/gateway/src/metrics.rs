@@ -19,6 +19,8 @@ tether_counters::counters! {
         calls_cancelled,
         /// notifications/tools/list_changed sent to MCP clients.
         list_changed_sent,
+        /// Approvals asked of the MCP client's user with `elicitation/create`.
+        approvals_elicited,
     }
     fallbacks {
         /// Requests refused with 401: no bearer token, or one the edge refused.
@@ -33,6 +35,8 @@ tether_counters::counters! {
         watcher_lookups_failed,
         /// Requests whose token was another user's than the MCP session's; their token was not kept for its watcher.
         foreign_tokens_ignored,
+        /// Approvals that could not be asked of the MCP client's user (no form elicitation, a 2026-07-28 session, or no answer): the model got the `approval_required` sentence instead.
+        approvals_not_elicited,
     }
 }
 

@@ -6,7 +6,7 @@ against tether's MCP endpoint, printing one JSON line of what it observed.
 MODE is `legacy` (the 2025-11-25 initialize handshake) or `auto` (discover,
 then 2026-07-28). TOKEN "" sends no Authorization header. Scenarios match
 tests/mcp-servers/ts_client.mjs: list, call, connect, list_changed, cancel,
-progress. Exit 0 whenever an observation was printed, failures included.
+progress; `approve` (Python only) answers tether's approval elicitation. Exit 0 whenever an observation was printed, failures included.
 """
 
 from __future__ import annotations
@@ -65,6 +65,24 @@ async def scenario(mode: str, name: str, url: str, token: str, args: list[str]) 
             result = await c.call_tool(tool, arguments)
             ms = int((time.monotonic() - started) * 1000)
             return {"isError": bool(result.is_error), "text": text_of(result), "structuredContent": result.structured_content, "ms": ms}
+
+    if name == "approve":
+        # The user answers tether's elicitation/create with ANSWER (accept or decline).
+        tool, arguments, answer = args[0], json.loads(args[1]), args[2]
+        asked: list[str] = []
+
+        async def on_elicit(ctx: Any, params: Any) -> Any:
+            asked.append(getattr(params, "message", ""))
+            if answer == "accept":
+                return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="decline")
+
+        http, c = client(url, token, mode, elicitation_callback=on_elicit)
+        async with http, c:
+            result = await c.call_tool(tool, arguments)
+            meta = result.meta or {}
+            return {"isError": bool(result.is_error), "text": text_of(result), "asked": asked,
+                    "receipt": meta.get("tether.dev/receipt")}
 
     if name == "list_changed":
         tool, arguments = args[0], json.loads(args[1])
