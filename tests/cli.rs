@@ -177,6 +177,11 @@ fn the_agent_examples_get_calls_through_over_mcp() {
         assert!(said.contains("-> isError: The tool rejected the arguments"), "{why}");
         assert!(said.contains("-> ok: scanBarcode done"), "re-planned after the isError: {why}");
         assert!(said.contains("new: client__add_work_note"), "{why}");
+        if script.ends_with("agent.py") {
+            // The write asked for the user's approval, and ran once they agreed.
+            assert!(said.contains("client__submit_form {\"formId\": \"WO-1182\"} -> isError: This action needs the user's approval"), "{why}");
+            assert!(said.contains("call client__submit_form approved -> ok: submitForm done"), "{why}");
+        }
         assert!(
             said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"),
             "{why}"

@@ -10,7 +10,12 @@ endpoint. It does what a model does with tether:
 2. calls two tools;
 3. re-plans when a call comes back `isError` (the text is written for it);
 4. notices mid-turn that the device's tools changed (`list_changed`) and
-   uses the tool that appeared.
+   uses the tool that appeared;
+5. submits the work order: a destructive tool, so tether answers that it
+   needs the user's approval; the agent asks its user (here `--approve`
+   answers for them) and, only if they agree, calls again presenting the
+   approval in `_meta["tether.dev/approval"]` — the approval covers exactly
+   that call, once.
 
 Run it against `tether serve` and `tether sim-device` (see README.md):
 
@@ -60,7 +65,13 @@ async def call(client: Client, name: str, arguments: dict[str, Any]) -> Any:
     return result
 
 
-async def run(url: str, token: str) -> int:
+def approval_asked(result: Any) -> str | None:
+    """The approval id tether asks for when a call needs the user's approval."""
+    error = (result.meta or {}).get("tether.dev/error") or {}
+    return error.get("approval") if error.get("kind") == "approval_required" else None
+
+
+async def run(url: str, token: str, approve: bool) -> int:
     model = ScriptedModel()
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
@@ -100,6 +111,21 @@ async def run(url: str, token: str) -> int:
                 return 1
             await call(client, "client__add_work_note", {"text": "Scanned the asset tag; label printed."})
 
+            # A write: tether runs it only with the user's approval of exactly this call.
+            form = {"formId": "WO-1182"}
+            submitted = await call(client, "client__submit_form", form)
+            approval = approval_asked(submitted)
+            if approval is None:
+                print("expected submit_form to need the user's approval", file=sys.stderr)
+                return 1
+            print(f"asking the user: submit form WO-1182? -> {'yes' if approve else 'no'}")
+            if approve:
+                submitted = await client.call_tool("client__submit_form", form, meta={"tether.dev/approval": approval})
+                outcome = "isError" if submitted.is_error else "ok"
+                print(f"call client__submit_form approved -> {outcome}: {text_of(submitted)[:160]}")
+                if submitted.is_error:
+                    return 1
+
         for note in model.notes:
             print(f"model: {note}")
         print("turn complete")
@@ -110,8 +136,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:7878/mcp", help="tether's MCP endpoint")
     parser.add_argument("--token", required=True, help="the user's tether-client token (or the identity provider's)")
+    parser.add_argument("--approve", choices=["yes", "no"], default="yes", help="the user's answer when asked to approve a write")
     args = parser.parse_args()
-    sys.exit(asyncio.run(run(args.url, args.token)))
+    sys.exit(asyncio.run(run(args.url, args.token, args.approve == "yes")))
 
 
 if __name__ == "__main__":

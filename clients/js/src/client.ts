@@ -263,6 +263,7 @@ export class TetherClient {
       hooks: this.#hooks,
       keyed: this.#keyed,
       ...(resume === undefined ? {} : { resume }),
+      ...(this.#cfg.onApproval === undefined ? {} : { onApproval: this.#cfg.onApproval }),
     });
     this.#tokens.set(session, token);
     return session;

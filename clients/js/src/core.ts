@@ -4,7 +4,16 @@
  */
 
 export { TetherClient } from './client.js';
-export { TetherError, ToolError, CallAbortedError, type TetherErrorCode, type ToolErrorOptions, type AbortWhy } from './errors.js';
+export {
+  TetherError,
+  ToolError,
+  CallAbortedError,
+  ApprovalAbortedError,
+  type TetherErrorCode,
+  type ToolErrorOptions,
+  type AbortWhy,
+  type ApprovalAbortWhy,
+} from './errors.js';
 export { namespacedNames, slug } from './names.js';
 export { tokenExpiry } from './token.js';
 export { DEFAULT_LIMITS, DEFAULT_HEARTBEAT } from './options.js';

@@ -36,7 +36,9 @@ export type TetherErrorCode =
   /** A handler's `ctx.progress` report was invalid (not increasing, not finite, total below done) and was dropped. */
   | 'invalid_progress'
   /** `ready()` did not see the client online in time, or the client was closed. */
-  | 'not_online';
+  | 'not_online'
+  /** The `onApproval` hook threw or returned something other than a boolean; the write was declined. */
+  | 'approval_failed';
 
 /** An SDK-level error with a stable `code`. */
 export class TetherError extends Error {
@@ -96,6 +98,28 @@ export class CallAbortedError extends Error {
   readonly why: AbortWhy;
 
   constructor(why: AbortWhy, message: string) {
+    super(message);
+    this.why = why;
+  }
+}
+
+/** Why the `signal` of an `onApproval` hook fired. */
+export type ApprovalAbortWhy =
+  /** The approval's window (`expiresInMs`) passed: the edge no longer takes the device's answer. */
+  | 'expired'
+  /** The edge sent `notifications/cancelled` for the request. */
+  | 'cancelled'
+  /** The socket the request arrived on closed. */
+  | 'disconnected'
+  /** The application called `close()`. */
+  | 'closed';
+
+/** The `reason` of an aborted `onApproval` signal. */
+export class ApprovalAbortedError extends Error {
+  override readonly name = 'AbortError';
+  readonly why: ApprovalAbortWhy;
+
+  constructor(why: ApprovalAbortWhy, message: string) {
     super(message);
     this.why = why;
   }

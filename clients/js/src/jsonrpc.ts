@@ -73,6 +73,8 @@ export const Method = {
   progress: 'notifications/progress',
   listChanged: 'notifications/tools/list_changed',
   manifestApplied: 'notifications/tether.dev/manifest_applied',
+  /** Edge → device: ask the device's user to approve one write (docs/PROTOCOL.md, "Writes: approvals, keys and receipts"). */
+  approve: 'tether.dev/approve',
 } as const;
 
 export const Meta = {
@@ -88,6 +90,8 @@ export const Meta = {
   idempotencyKey: 'tether.dev/idempotency_key',
   /** MCP's own key (not namespaced), the same on 2025-11-25 and 2026-07-28. */
   progressToken: 'progressToken',
+  /** In the handshake answer: `true` when the device asks its user to approve writes (`tether.dev/approve`). */
+  approvals: 'tether.dev/approvals',
 } as const;
 
 /** The MCP revision of the `initialize` handshake (2026-07-28 has none: see revision.ts). */

@@ -9,7 +9,7 @@ import { TetherError } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta, RESUME_QUERY } from './jsonrpc.js';
 import { DEFAULT_PROTOCOL_VERSION, discoverResult, PROTOCOL_VERSIONS } from './revision.js';
-import type { BackoffOptions, ConnectOptions, HeartbeatOptions, Limits, ProtocolVersion } from './types.js';
+import type { ApprovalHook, BackoffOptions, ConnectOptions, HeartbeatOptions, Limits, ProtocolVersion } from './types.js';
 
 export const DEFAULT_LIMITS: Limits = {
   frameBytes: 15_360,
@@ -32,6 +32,8 @@ export interface Resolved {
   initializeResult: JsonObject;
   /** The `server/discover` answer (2026-07-28): the same identity as `initializeResult`. */
   discoverResult: JsonObject;
+  /** Asks the device's user about a write; when set, both answers declare `tether.dev/approvals`. */
+  onApproval: ApprovalHook | undefined;
 }
 
 function invalid(message: string): TetherError {
@@ -65,7 +67,7 @@ function positive(name: string, v: number): void {
   if (!(Number.isFinite(v) && v > 0)) throw invalid(`${name} must be a positive number (got ${String(v)})`);
 }
 
-/** The `initialize` answer: who the application is and its concept. */
+/** The `initialize` answer: who the application is, its concept, and whether it asks its user to approve writes. */
 function initializeResult(options: ConnectOptions, limits: Limits): JsonObject {
   const { info, concept } = options;
   if (!isJsonObject(info) || typeof info.name !== 'string' || info.name === '' || typeof info.version !== 'string' || info.version === '') {
@@ -89,6 +91,11 @@ function initializeResult(options: ConnectOptions, limits: Limits): JsonObject {
       throw new TetherError('concept_too_large', `concept is not JSON-serializable: ${(err as Error).message}`);
     }
     if (isJsonObject(copy) && Object.keys(copy).length > 0) result['_meta'] = { [Meta.concept]: copy };
+  }
+  // Declared only when there is a hook: a device that says it asks its user and then cannot leaves every approval to time out.
+  if (options.onApproval !== undefined) {
+    const meta = isJsonObject(result['_meta']) ? result['_meta'] : {};
+    result['_meta'] = { ...meta, [Meta.approvals]: true };
   }
   fitsFrame(result, 'initialize', limits);
   return result;
@@ -124,6 +131,7 @@ export function resolveOptions(options: ConnectOptions): Resolved {
   const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 10_000;
   positive('handshakeTimeoutMs', handshakeTimeoutMs);
   if (options.tokenRefreshLeadMs !== undefined) positive('tokenRefreshLeadMs', options.tokenRefreshLeadMs);
+  if (options.onApproval !== undefined && typeof options.onApproval !== 'function') throw invalid('onApproval must be a function');
   let backoff: BackoffOptions;
   try {
     backoff = resolveBackoff(options.backoff);
@@ -143,5 +151,6 @@ export function resolveOptions(options: ConnectOptions): Resolved {
     protocolVersion: protocolVersion(options.protocolVersion),
     initializeResult: initialize,
     discoverResult: discover,
+    onApproval: options.onApproval,
   };
 }

@@ -43,13 +43,16 @@ export const ModernMeta = {
  * The `server/discover` answer, built from the `initialize` answer so both
  * revisions describe the application identically. `ttlMs: 0` and
  * `cacheScope: "private"` because the concept is per-user and may change
- * with the next navigation: nobody should cache it.
+ * with the next navigation: nobody should cache it. A device that asks its
+ * user to approve writes says so here too (`tether.dev/approvals`).
  */
 export function discoverResult(initialize: JsonObject): JsonObject {
   const meta: JsonObject = { [ModernMeta.serverInfo]: initialize['serverInfo'] ?? null };
   const initMeta = initialize['_meta'];
   const concept = isJsonObject(initMeta) ? initMeta[Meta.concept] : undefined;
   if (concept !== undefined) meta[Meta.concept] = concept;
+  const approvals = isJsonObject(initMeta) ? initMeta[Meta.approvals] : undefined;
+  if (approvals === true) meta[Meta.approvals] = true;
   const result: JsonObject = {
     resultType: 'complete',
     supportedVersions: [MODERN],

@@ -5,7 +5,9 @@
  * starts, see revision.ts), `tools/list`, `tools/call` and `ping`, announces
  * catalog changes with `notifications/tools/list_changed` (on 2026-07-28, on
  * the edge's `subscriptions/listen` stream), and stops a call when the edge
- * sends `notifications/cancelled`.
+ * sends `notifications/cancelled`. With an `onApproval` hook it also answers
+ * `tether.dev/approve`, the edge asking the device's user about a write
+ * (approval.ts).
  *
  * A `Session` never reconnects; the client makes a new one. That keeps every
  * per-connection thing (calls in flight, heartbeats, the edge's session id)
@@ -15,6 +17,7 @@
  * delivers them again on the resumed session.
  */
 
+import { approvalRequestOf, PendingApproval } from './approval.js';
 import { RunningCall, type CallRequest, type ProgressToken } from './call.js';
 import { stampMeta, type Catalog } from './catalog.js';
 import { lostTransport } from './ending.js';
@@ -28,7 +31,7 @@ import { Changes } from './changes.js';
 import type { KeyedCalls, KeyedRun, Replay, RunEnd, RunReporter } from './keyed.js';
 import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
-import type { CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
+import type { ApprovalHook, CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
 
 /** Close code the client uses when it gives up on a link it believes dead (browsers allow 1000 and 3000–4999). */
 const DEAD_LINK = 4000;
@@ -89,6 +92,8 @@ export interface SessionConfig {
   keyed: KeyedCalls;
   /** Presented as `?resume=` at the upgrade, to take the previous session back. */
   resume?: ResumeTicket;
+  /** Answers `tether.dev/approve`; without it the method is not served. */
+  onApproval?: ApprovalHook;
 }
 
 /**
@@ -146,6 +151,12 @@ export class Session {
   #onlineAt = 0;
   #retiring = false;
   readonly #calls = new Map<string, InFlight>();
+  /**
+   * `tether.dev/approve` requests the user has not decided yet, by request id.
+   * Apart from `#calls`: a human's decision is not bounded by the answer
+   * ceiling, so a retiring session does not wait for one.
+   */
+  readonly #approvals = new Map<string, PendingApproval>();
   #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
@@ -282,6 +293,9 @@ export class Session {
     for (const call of this.#calls.values()) {
       if (end.resume === undefined || !call.survivesLoss) call.abort(abortWhy);
     }
+    // The edge's approval request dies with the socket it was sent on, resumed or not.
+    for (const approval of this.#approvals.values()) approval.abort(abortWhy);
+    this.#approvals.clear();
     this.#cfg.hooks.ended(this, end);
   }
 
@@ -395,9 +409,37 @@ export class Session {
       case Method.ping:
         this.#send(rpc.response(id, this.#complete({})));
         return;
+      case Method.approve: {
+        const hook = this.#cfg.onApproval;
+        // Without a hook the handshake did not declare approvals: the method is as unknown as any other.
+        if (hook === undefined) this.#notServed(id, method);
+        else void this.#onApprove(id, params, hook);
+        return;
+      }
       default:
-        this.#send(rpc.errorResponse(id, rpc.RpcCode.methodNotFound, `the client does not serve ${method}`));
+        this.#notServed(id, method);
     }
+  }
+
+  #notServed(id: rpc.Id, method: string): void {
+    this.#send(rpc.errorResponse(id, rpc.RpcCode.methodNotFound, `the client does not serve ${method}`));
+  }
+
+  /** Asks the application's hook and answers `{approve}`, unless the request was aborted first (then nothing is sent). */
+  async #onApprove(id: rpc.Id, params: JsonObject, hook: ApprovalHook): Promise<void> {
+    const request = approvalRequestOf(params, this.#id);
+    if (typeof request === 'string') {
+      this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, request));
+      return;
+    }
+    const key = JSON.stringify(id);
+    const pending = new PendingApproval(request);
+    this.#approvals.get(key)?.abort('cancelled');
+    this.#approvals.set(key, pending);
+    const approve = await pending.run(hook, (err) => this.#cfg.hooks.problem(err));
+    if (this.#approvals.get(key) === pending) this.#approvals.delete(key);
+    if (approve === undefined || this.#phase === 'ended') return;
+    this.#send(rpc.response(id, this.#complete({ approve })));
   }
 
   /** A result as this session's revision wants it: 2026-07-28 marks every result complete. */
@@ -421,7 +463,9 @@ export class Session {
         const requestId = params['requestId'];
         if (typeof requestId !== 'string' && typeof requestId !== 'number') return;
         const reason = params['reason'];
-        this.#calls.get(JSON.stringify(requestId))?.abort('cancelled', typeof reason === 'string' ? reason : undefined);
+        const key = JSON.stringify(requestId);
+        this.#calls.get(key)?.abort('cancelled', typeof reason === 'string' ? reason : undefined);
+        this.#approvals.get(key)?.abort('cancelled');
         return;
       }
       case Method.manifestApplied: {

@@ -177,7 +177,38 @@ export interface HeartbeatOptions {
 /** Where the credential comes from: a fixed token, or a function asked again before expiry and on every reconnect. */
 export type TokenOption = { token: string; getToken?: never } | { getToken: () => string | Promise<string>; token?: never };
 
-/** Options of `connect()`. */
+/**
+ * A write the agent wants to run, as the edge asks the device's user about it
+ * (`tether.dev/approve`). Show it to the user; `arguments` are exactly what
+ * the call would run with. It is information to decide on, never
+ * instructions.
+ */
+export interface ApprovalRequest {
+  /** The approval's id (the edge's; the call that uses the grant presents it). */
+  readonly approval: string;
+  /** The device's own name of the tool the call would run. */
+  readonly tool: string;
+  /** The tool's declared title, if it has one. */
+  readonly title?: string;
+  /** The tool's declared description, if it has one. */
+  readonly description?: string;
+  /** The exact arguments the call would run with. */
+  readonly arguments: JsonObject;
+  /** How long the user has to decide, in ms, counted from when the request arrived. */
+  readonly expiresInMs: number;
+  /** The edge session the request arrived on. */
+  readonly sessionId: string;
+}
+
+/**
+ * Asks the device's user whether a write may run: resolve `true` to approve,
+ * `false` to decline. Anything else, or a throw, declines. `signal` fires when
+ * the answer can no longer count (`signal.reason` is an `ApprovalAbortedError`
+ * whose `why` is `expired`, `cancelled`, `disconnected` or `closed`); close the
+ * prompt then: nothing is sent after it.
+ */
+export type ApprovalHook = (request: ApprovalRequest, signal: AbortSignal) => boolean | Promise<boolean>;
+
 /**
  * An MCP revision the client can speak to the edge (docs/PROTOCOL.md, "Two
  * MCP revisions"). 2025-11-25 is greeted with `initialize`; 2026-07-28 with
@@ -186,6 +217,7 @@ export type TokenOption = { token: string; getToken?: never } | { getToken: () =
  */
 export type ProtocolVersion = '2025-11-25' | '2026-07-28';
 
+/** Options of `connect()`. */
 export type ConnectOptions = TokenOption & {
   /** The edge: `ws://host:port` (the SDK appends `/v1/client`) or the full `/v1/client` URL. */
   url: string;
@@ -208,6 +240,13 @@ export type ConnectOptions = TokenOption & {
    * the edge actually starts, so announcing one the edge ignores is harmless.
    */
   protocolVersion?: ProtocolVersion;
+  /**
+   * Lets the device's user approve or decline a write the agent wants to run.
+   * With it, the handshake answer declares `_meta["tether.dev/approvals"]:
+   * true` and the edge sends `tether.dev/approve` for calls its policy gates;
+   * without it, the edge leaves those approvals to the caller.
+   */
+  onApproval?: ApprovalHook;
 };
 
 /** The three states a client is in. */

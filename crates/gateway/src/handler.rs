@@ -105,7 +105,12 @@ fn to_tool(decl: &ToolDeclaration, device: &Device, several: bool) -> Option<Too
 fn is_error(err: &WireError) -> CallToolResult {
     let mut result = CallToolResult::error(vec![ContentBlock::text(for_model(err))]);
     let mut meta = serde_json::Map::new();
-    meta.insert("tether.dev/error".into(), json!({"kind": err.kind.as_str(), "message": err.message}));
+    let mut error = json!({"kind": err.kind.as_str(), "message": err.message});
+    if let Some(approval) = err.detail("approval") {
+        // What a client that asks its user itself presents on the follow-up call.
+        error["approval"] = approval.clone();
+    }
+    meta.insert("tether.dev/error".into(), error);
     result.meta = Some(rmcp::model::MetaObject(meta));
     result
 }
@@ -193,9 +198,16 @@ impl McpServer {
             }
             None => (None, None),
         };
-        // A client that asked its user itself presents the approval it was given.
+        // A client that asked its user itself presents the approval it was
+        // given: presenting it is the user's yes (the client is their agent).
         let presented =
             ctx.meta.get(tether_contract::writes::meta::APPROVAL).and_then(Value::as_str).map(str::to_owned);
+        if let Some(id) = &presented {
+            if let Err(e) = turn.decide(id, true).await {
+                // Used, declined, expired or not this user's: the call says which.
+                debug!(session = %device.session, approval = %id, error = %e, "presented approval not decided here");
+            }
+        }
         let options = CallOptions { idempotency_key: None, progress, approval: presented };
         let mut outcome = turn.call_with(&namespaced, arguments.clone(), options).await;
         if let Some(id) = outcome.as_ref().err().and_then(approval::asked_of_caller).map(str::to_owned) {
