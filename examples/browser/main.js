@@ -44,6 +44,8 @@ function start(edge, token) {
     },
     tools: shop.tools(),
     context: shop.context(),
+    // A write (placing the order) runs only once the shopper approved exactly it.
+    onApproval: (request, signal) => shop.approve(request, signal),
   });
   declared = manifestKey(shop.tools(), shop.context());
   const show = () => ui.renderState(client.state, client.sessionId, client.seq);

@@ -20,7 +20,7 @@ export class Shop {
   productId = 'P-1';
   /** @type {{productId: string, quantity: number}[]} */
   cart = [];
-  /** The question on screen while confirmCheckout waits for the user, with its answer callback. */
+  /** The approval question on screen while tether waits for the shopper, with its answer callback. */
   pendingConfirm = null;
 
   /** @param {() => void} onChange called after every change of screen or state */
@@ -127,26 +127,29 @@ export class Shop {
   #confirmCheckout() {
     return {
       name: 'confirmCheckout',
-      description: 'Asks the shopper to confirm the order on screen; fails with user_declined if they say no.',
+      description: 'Places the order in the cart. It needs the shopper\'s approval, which tether asks for on screen first.',
       inputSchema: noArgs,
       annotations: { destructiveHint: true },
-      handler: (_args, ctx) =>
-        new Promise((resolve, reject) => {
-          const finish = (approved) => {
-            this.pendingConfirm = null;
-            this.onChange();
-            if (approved) resolve({ orderId: `O-${Date.now() % 100000}`, total: this.total() });
-            else reject(new ToolError('user_declined', 'The shopper declined the order.'));
-          };
-          this.pendingConfirm = { text: `Place the order for ${this.total()} €?`, answer: finish };
-          this.onChange();
-          // Nobody waits any more (ceiling, cancel, disconnect): take the question off the screen.
-          ctx.signal.addEventListener('abort', () => {
-            this.pendingConfirm = null;
-            this.onChange();
-            reject(ctx.signal.reason);
-          });
-        }),
+      // tether ran this only after the shopper approved it (onApproval below).
+      handler: async () => ({ orderId: `O-${Date.now() % 100000}`, total: this.total() }),
     };
+  }
+
+  /**
+   * The SDK's `onApproval` hook: tether asks the shopper before a write runs.
+   * The question stays on screen until they answer or nobody waits any more.
+   */
+  approve(request, signal) {
+    return new Promise((resolve) => {
+      const finish = (approved) => {
+        this.pendingConfirm = null;
+        this.onChange();
+        resolve(approved);
+      };
+      const what = request.tool === 'confirmCheckout' ? `Place the order for ${this.total()} €?` : `Allow ${request.title ?? request.tool}?`;
+      this.pendingConfirm = { text: `${what} (${JSON.stringify(request.arguments)})`, answer: finish };
+      this.onChange();
+      signal.addEventListener('abort', () => finish(false));
+    });
   }
 }

@@ -76,6 +76,8 @@ export interface CallResponse {
   result: CallResult;
   manifest?: Manifest;
   seq: number;
+  /** What an approved or keyed call left behind. */
+  receipt?: { key?: string; fingerprint: string; outcome: string; approval?: { id: string; by: string; at_ms: number } };
 }
 
 export interface Notification {
