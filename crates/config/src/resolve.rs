@@ -17,9 +17,10 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 use tether_cluster::ClusterConfig;
+use tether_contract::writes::ApprovalPolicy;
 use tether_contract::{Budgets, Caps};
 use tether_core::Profiles;
-use tether_edge::config::{BrokenProfile, ClientProfile, EdgeConfig};
+use tether_edge::config::{BrokenProfile, ClientProfile, EdgeConfig, WritesConfig};
 use tether_edge::idp::{IdpConfig, JwksSource};
 
 use crate::SettingError;
@@ -246,6 +247,39 @@ impl BudgetsSection {
     }
 }
 
+/// `[writes]`: which client tools need an approval, and each session's ledger bounds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WritesSection {
+    approval: Option<String>,
+    approval_tools: Option<Vec<String>>,
+    keys: Option<usize>,
+    receipts: Option<usize>,
+    approvals: Option<usize>,
+    max_age_ms: Option<u64>,
+}
+
+impl WritesSection {
+    fn over(self, base: &WritesConfig) -> Result<WritesConfig, String> {
+        let mut w = base.clone();
+        if let Some(name) = self.approval {
+            w.approval = ApprovalPolicy::from_name(&name)
+                .ok_or_else(|| format!("approval must be never, destructive or always, not {name:?}"))?;
+        }
+        if let Some(tools) = self.approval_tools {
+            w.approval_tools = tools;
+        }
+        w.limits.keys = self.keys.unwrap_or(w.limits.keys);
+        w.limits.receipts = self.receipts.unwrap_or(w.limits.receipts);
+        w.limits.approvals = self.approvals.unwrap_or(w.limits.approvals);
+        w.limits.max_age = self.max_age_ms.map_or(w.limits.max_age, Duration::from_millis);
+        if w.limits.keys == 0 || w.limits.approvals == 0 || w.limits.max_age.is_zero() {
+            return Err("keys, approvals and max_age_ms must be at least 1".into());
+        }
+        Ok(w)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitsSection {
@@ -346,6 +380,7 @@ const TOP_KEYS: &[&str] = &[
     "clients",
     "callers",
     "cluster",
+    "writes",
 ];
 
 /// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
@@ -537,6 +572,16 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                             "clients must be a table of profiles; ignored".into(),
                             false,
                         ),
+                    }
+                }
+                if let Some(v) = table.get("writes") {
+                    match section::<WritesSection>(v)
+                        .map_err(|e| e.to_string())
+                        .and_then(|w| w.over(&config.writes))
+                    {
+                        Ok(w) => config.writes = w,
+                        // A write policy never degrades: a guess could let a write run unapproved.
+                        Err(e) => issue(locate(&name, text, Some("writes"), "writes"), e, true),
                     }
                 }
                 if let Some(v) = table.get("cluster") {
@@ -741,6 +786,23 @@ max_tool = 3
     }
 
     #[test]
+    fn the_write_policy_and_ledger_bounds_resolve() {
+        let r = run("[writes]\napproval = \"always\"\napproval_tools = [\"sendPayment\"]\nreceipts = 16\nmax_age_ms = 60000\n");
+        assert!(r.issues.is_empty(), "{:?}", r.issues);
+        let w = &r.config.writes;
+        assert_eq!(
+            (w.approval, w.approval_tools.as_slice()),
+            (ApprovalPolicy::Always, &["sendPayment".to_owned()][..])
+        );
+        assert_eq!((w.limits.receipts, w.limits.max_age), (16, Duration::from_secs(60)));
+        assert_eq!(
+            run("").config.writes.approval,
+            ApprovalPolicy::Destructive,
+            "writes need an approval by default"
+        );
+    }
+
+    #[test]
     fn only_what_cannot_degrade_is_fatal() {
         let fatal = [
             "listen = \"nowhere\"",
@@ -750,6 +812,8 @@ max_tool = 3
             "[auth]\njwks_url = \"ftp://idp.example/jwks\"",
             "[auth]\njwks_url = \"https://a\"\njwks_file = \"b\"",
             "[auth]\njwks_file = \"k.json\"\naudience = \"typo\"",
+            "[writes]\napproval = \"sometimes\"",
+            "[writes]\nkeys = 0",
         ];
         for text in fatal {
             assert!(run(text).is_fatal(), "{text}");
