@@ -39,22 +39,25 @@ where
     S: std::future::Future<Output = Result<Option<Value>, WireError>>,
     F: std::future::Future<Output = Result<CallToolResult, WireError>>,
 {
-    let Some(principal) = w.principal.filter(|_| w.needs_approval || w.key.is_some()) else {
-        if w.needs_approval {
-            fallback!(
-                w.counters.approvals_unbound,
-                warn,
-                session = w.session,
-                name = w.name,
-                "call needs an approval but the turn has no verified user; refused"
-            );
-            return Err(WireError::new(
-                ErrorKind::Unauthenticated,
-                format!("{} needs the user's approval, and this turn has no verified user to ask", w.name),
-            ));
-        }
-        // A keyed call without a verified user: its key is the source's alone.
+    if !w.needs_approval && w.key.is_none() {
         return run.await;
+    }
+    let Some(principal) = w.principal else {
+        if !w.needs_approval {
+            // A keyed call without a verified user: its key is the source's alone.
+            return run.await;
+        }
+        fallback!(
+            w.counters.approvals_unbound,
+            warn,
+            session = w.session,
+            name = w.name,
+            "call needs an approval but the turn has no verified user; refused"
+        );
+        return Err(WireError::new(
+            ErrorKind::Unauthenticated,
+            format!("{} needs the user's approval, and this turn has no verified user to ask", w.name),
+        ));
     };
     let state = async move { state.await.map(|s| s.as_ref().map(Fingerprint::of)) };
     let call = WriteCall {

@@ -130,6 +130,15 @@ pub fn required(asked: &Asked, by: Approver, tool: &str) -> WireError {
         .with("expires_in_ms", u64::try_from(asked.expires_in.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The answer to `approvals/decide`: where `entry` stands, and for how much longer.
+fn decided(id: &str, entry: &Entry, left: Duration) -> Decided {
+    Decided {
+        approval: id.to_owned(),
+        state: *entry.state.borrow(),
+        expires_in_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     binding: Binding,
@@ -183,17 +192,8 @@ impl Approvals {
     /// Records `principal`'s answer. Only a pending approval is decided; the
     /// same answer again is told where it stands, a changed mind is refused.
     pub fn decide(&self, id: &str, principal: &str, approve: bool, by: Approver) -> Result<Decided, Refusal> {
-        let now = Instant::now();
         let mut table = lock(&self.table);
-        let entry = table.get_mut(id).ok_or(Refusal::Gone(Gone::Unknown))?;
-        let left = self.window.saturating_sub(now.duration_since(entry.asked));
-        if left.is_zero() {
-            table.remove(id);
-            return Err(Refusal::Gone(Gone::Expired));
-        }
-        if entry.binding.principal != principal {
-            return Err(Refusal::NotYours);
-        }
+        let (entry, left) = self.live(&mut table, id, principal)?;
         let current = *entry.state.borrow();
         let wanted = if approve { ApprovalState::Granted } else { ApprovalState::Declined };
         match current {
@@ -202,36 +202,35 @@ impl Approvals {
                 entry.state.send_replace(wanted);
             }
             same if same == wanted => {}
-            ApprovalState::Used => return Err(Refusal::Gone(Gone::Used)),
+            ApprovalState::Used | ApprovalState::Granted => return Err(Refusal::Gone(Gone::Used)),
             ApprovalState::Declined => return Err(Refusal::Declined),
-            ApprovalState::Granted => return Err(Refusal::Gone(Gone::Used)),
         }
-        let state = *entry.state.borrow();
-        Ok(Decided {
-            approval: id.to_owned(),
-            state,
-            expires_in_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-        })
+        Ok(decided(id, entry, left))
     }
 
     /// Where approval `id` stands, for its own user.
     pub fn state(&self, id: &str, principal: &str) -> Result<Decided, Refusal> {
-        let now = Instant::now();
-        let table = lock(&self.table);
-        let entry = table.get(id).ok_or(Refusal::Gone(Gone::Unknown))?;
-        let left = self.window.saturating_sub(now.duration_since(entry.asked));
+        let mut table = lock(&self.table);
+        let (entry, left) = self.live(&mut table, id, principal)?;
+        Ok(decided(id, entry, left))
+    }
+
+    /// Approval `id` if it is still in its window and `principal`'s, with the time it has left.
+    fn live<'t>(
+        &self,
+        table: &'t mut HashMap<String, Entry>,
+        id: &str,
+        principal: &str,
+    ) -> Result<(&'t mut Entry, Duration), Refusal> {
+        let entry = table.get_mut(id).ok_or(Refusal::Gone(Gone::Unknown))?;
+        let left = self.window.saturating_sub(Instant::now().duration_since(entry.asked));
         if left.is_zero() {
             return Err(Refusal::Gone(Gone::Expired));
         }
         if entry.binding.principal != principal {
             return Err(Refusal::NotYours);
         }
-        let state = *entry.state.borrow();
-        Ok(Decided {
-            approval: id.to_owned(),
-            state,
-            expires_in_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-        })
+        Ok((entry, left))
     }
 
     /// Uses the approval `id` for `call`: once, only for the call it names,

@@ -91,11 +91,6 @@ impl<T: Clone + Send + Sync> Admitted<'_, T> {
         self.took_grant
     }
 
-    /// Whether the call leaves a receipt (it was keyed or approved).
-    pub fn receipted(&self) -> bool {
-        self.receipt.is_some()
-    }
-
     /// Records how the call ended: a receipt (given to `attach` on success,
     /// so the outcome carries it), and the key's outcome (an `Ok` is
     /// replayed to the key's later calls; an error leaves it unknown, so the

@@ -166,16 +166,6 @@ impl<T: Clone + Send + Sync> Keys<T> {
         }
     }
 
-    /// Keys remembered now (in flight or finished).
-    pub fn len(&self) -> usize {
-        lock(&self.table).len()
-    }
-
-    /// Whether no key is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Drops finished keys past their age, then the oldest finished past the cap.
     fn evict(&self, table: &mut HashMap<String, Entry<T>>) {
         let now = Instant::now();
