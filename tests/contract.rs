@@ -109,6 +109,7 @@ fn wire_field_names_are_pinned() {
             approval: Some("ap-1".into()),
             approval_required: true,
             redelivered: false,
+            task: None,
         },
     };
     assert_eq!(
@@ -194,6 +195,7 @@ fn edge_and_core_compile_the_same_schemas() {
             input_schema: schema.clone(),
             output_schema: None,
             annotations: None,
+            execution: None,
         };
         let core = tether_core::ToolSchemas::compile(&declaration, &limits).is_ok();
         assert_eq!((edge, core), (compiles, compiles), "{schema}");

@@ -41,6 +41,7 @@ fn decl(name: &str, pad: usize) -> ToolDeclaration {
         input_schema: json!({"type": "object"}),
         output_schema: None,
         annotations: None,
+        execution: None,
     }
 }
 

@@ -99,6 +99,7 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: None,
             annotations: None,
+            execution: None,
         }
     }
 

@@ -131,6 +131,9 @@ impl Resolved {
             turn_start_ms = (ms(b.turn_start) as i64)
             turn_start_backoff_ms = (ms(b.turn_start_backoff) as i64)
             approval_ms = (ms(b.approval) as i64)
+            task_ms = (ms(b.task) as i64)
+            task_poll_ms = (ms(b.task_poll) as i64)
+            task_wait_ms = (ms(b.task_wait) as i64)
             [limits]
             handshake_timeout_ms = (ms(c.handshake_timeout) as i64)
             outbound_queue = (c.outbound_queue as i64)
@@ -229,6 +232,9 @@ struct BudgetsSection {
     turn_start_ms: Option<u64>,
     turn_start_backoff_ms: Option<u64>,
     approval_ms: Option<u64>,
+    task_ms: Option<u64>,
+    task_poll_ms: Option<u64>,
+    task_wait_ms: Option<u64>,
 }
 
 impl BudgetsSection {
@@ -243,6 +249,9 @@ impl BudgetsSection {
             turn_start: ms(self.turn_start_ms, b.turn_start),
             turn_start_backoff: ms(self.turn_start_backoff_ms, b.turn_start_backoff),
             approval: ms(self.approval_ms, b.approval),
+            task: ms(self.task_ms, b.task),
+            task_poll: ms(self.task_poll_ms, b.task_poll),
+            task_wait: ms(self.task_wait_ms, b.task_wait),
         }
     }
 }

@@ -33,6 +33,14 @@ pub mod method {
     /// The user's answer to an approval the edge asked for (or, without an
     /// answer, where it stands).
     pub const APPROVALS_DECIDE: &str = "approvals/decide";
+    /// A task's status now ([`crate::tasks::TaskParams`] → [`crate::tasks::TaskState`]).
+    pub const TASKS_GET: &str = crate::tasks::method::TASKS_GET;
+    /// A task's outcome once it is terminal (→ the call's [`CallResponse`] or its error).
+    pub const TASKS_RESULT: &str = crate::tasks::method::TASKS_RESULT;
+    /// Stops a task on its device (→ [`crate::tasks::TaskState`], cancelled).
+    pub const TASKS_CANCEL: &str = crate::tasks::method::TASKS_CANCEL;
+    /// Edge → backend: a task's status moved ([`crate::tasks::TaskState`]).
+    pub const TASK_STATUS: &str = crate::tasks::method::STATUS;
 }
 
 /// One connected session as `sessions/list` reports it.
@@ -226,6 +234,10 @@ pub struct CallMeta {
     /// link clears it on every request it reads.
     #[serde(default, rename = "tether.dev/redelivered", skip_serializing_if = "std::ops::Not::not")]
     pub redelivered: bool,
+    /// Run the call as a task when its tool allows one (`{ttl}` in ms; the
+    /// edge's `task` budget when absent or longer).
+    #[serde(default, rename = "tether.dev/task", skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::tasks::TaskMetadata>,
 }
 
 /// Params of a backend `tools/call`.

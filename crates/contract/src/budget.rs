@@ -27,6 +27,9 @@ pub enum Leg {
     /// How long an approval stays good: asked, decided and used within it
     /// (a person's time, outside the call's chain: the call that asks ends at once).
     Approval,
+    /// How long a task (a call that outlives the turn) may run and its
+    /// outcome stays readable, counted from its creation.
+    Task,
 }
 
 impl Leg {
@@ -39,12 +42,20 @@ impl Leg {
             Leg::PerTool => "per_tool",
             Leg::TurnStart => "turn_start",
             Leg::Approval => "approval",
+            Leg::Task => "task",
         }
     }
 
     /// Every leg, for reading a wire name back.
-    pub const ALL: [Leg; 6] =
-        [Leg::ClientAnswer, Leg::ToolCall, Leg::Reread, Leg::PerTool, Leg::TurnStart, Leg::Approval];
+    pub const ALL: [Leg; 7] = [
+        Leg::ClientAnswer,
+        Leg::ToolCall,
+        Leg::Reread,
+        Leg::PerTool,
+        Leg::TurnStart,
+        Leg::Approval,
+        Leg::Task,
+    ];
 
     /// The leg a wire name (`data.leg`) names.
     pub fn from_name(name: &str) -> Option<Leg> {
@@ -71,6 +82,13 @@ pub struct Budgets {
     pub turn_start_backoff: Duration,
     /// How long an approval request and its grant stay good.
     pub approval: Duration,
+    /// A task's time to live: how long it may run and its outcome is kept.
+    pub task: Duration,
+    /// How often whoever follows a task is told to look again (MCP's `pollInterval`).
+    pub task_poll: Duration,
+    /// How long a caller that cannot follow tasks (an MCP client without
+    /// them) waits inside its call before it is handed the task's id instead.
+    pub task_wait: Duration,
 }
 
 impl Default for Budgets {
@@ -84,6 +102,9 @@ impl Default for Budgets {
             turn_start: Duration::from_millis(2_000),
             turn_start_backoff: Duration::from_millis(250),
             approval: Duration::from_millis(120_000),
+            task: Duration::from_millis(600_000),
+            task_poll: Duration::from_millis(1_000),
+            task_wait: Duration::from_millis(10_000),
         }
     }
 }
@@ -124,7 +145,26 @@ pub enum BudgetError {
         /// Backend per-tool budget.
         per_tool_ms: u128,
     },
+    /// A task that lives shorter than one call or longer than a day, or is
+    /// polled or waited on for longer than it lives.
+    #[error(
+        "task ttl {task_ms} ms must be at least per_tool {per_tool_ms} ms and at most 86400000 ms, \
+         with task_poll {poll_ms} ms and task_wait {wait_ms} ms no longer than it"
+    )]
+    TaskOutOfRange {
+        /// The task's time to live.
+        task_ms: u128,
+        /// Backend per-tool budget.
+        per_tool_ms: u128,
+        /// The poll interval.
+        poll_ms: u128,
+        /// The blocking ceiling for callers without tasks.
+        wait_ms: u128,
+    },
 }
+
+/// Longest a task may live: past a day, it is a job queue's work, not a call's.
+pub const MAX_TASK: Duration = Duration::from_secs(86_400);
 
 /// Longest an approval may stay good: a grant is for *this* call, now, not a standing permission.
 pub const MAX_APPROVAL: Duration = Duration::from_secs(3600);
@@ -149,6 +189,9 @@ impl Budgets {
             ("per_tool", self.per_tool),
             ("turn_start", self.turn_start),
             ("approval", self.approval),
+            ("task", self.task),
+            ("task_poll", self.task_poll),
+            ("task_wait", self.task_wait),
         ];
         if let Some((name, _)) = legs.iter().find(|(_, d)| d.is_zero()) {
             return Err(BudgetError::Zero(name));
@@ -173,6 +216,20 @@ impl Budgets {
             return Err(BudgetError::ApprovalOutOfRange {
                 approval_ms: self.approval.as_millis(),
                 per_tool_ms: self.per_tool.as_millis(),
+            });
+        }
+        // The call that creates a task keeps the 12 s chain; the task itself
+        // must outlast that call, and be looked at more often than it lives.
+        if self.task < self.per_tool
+            || self.task > MAX_TASK
+            || self.task_poll > self.task
+            || self.task_wait > self.task
+        {
+            return Err(BudgetError::TaskOutOfRange {
+                task_ms: self.task.as_millis(),
+                per_tool_ms: self.per_tool.as_millis(),
+                poll_ms: self.task_poll.as_millis(),
+                wait_ms: self.task_wait.as_millis(),
             });
         }
         Ok(())
@@ -212,6 +269,25 @@ mod tests {
             }),
             ("approval over an hour", Budgets { approval: ms(3_600_001), ..Budgets::default() }, |e| {
                 matches!(e, BudgetError::ApprovalOutOfRange { .. })
+            }),
+            ("task shorter than a call", Budgets { task: ms(11_999), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::TaskOutOfRange { .. })
+            }),
+            ("task over a day", Budgets { task: ms(86_400_001), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::TaskOutOfRange { .. })
+            }),
+            (
+                "poll slower than the task lives",
+                Budgets { task_poll: ms(600_001), ..Budgets::default() },
+                |e| matches!(e, BudgetError::TaskOutOfRange { .. }),
+            ),
+            (
+                "wait longer than the task lives",
+                Budgets { task_wait: ms(600_001), ..Budgets::default() },
+                |e| matches!(e, BudgetError::TaskOutOfRange { .. }),
+            ),
+            ("zero poll", Budgets { task_poll: ms(0), ..Budgets::default() }, |e| {
+                matches!(e, BudgetError::Zero("task_poll"))
             }),
             ("zero approval", Budgets { approval: ms(0), ..Budgets::default() }, |e| {
                 matches!(e, BudgetError::Zero("approval"))

@@ -5,7 +5,8 @@
 //! ([`mcp`]), the backend-link payloads ([`backend`]), the error kinds with
 //! their stable codes ([`error`]), the namespace shape ([`names`]), the size
 //! caps ([`limits`]), the limits on declared schemas ([`schema`]), the time budgets ([`budget`])
-//! and the write contract: approvals, fingerprints, receipts ([`writes`]).
+//! and the write contract: approvals, fingerprints, receipts ([`writes`]),
+//! and calls that outlive the turn ([`tasks`]).
 //!
 //! Architecture invariant: this crate does no I/O and names no client or
 //! client domain. It is types and rules only, so both deployables can link it
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod mcp;
 pub mod names;
 pub mod schema;
+pub mod tasks;
 pub mod writes;
 
 pub use budget::{BudgetError, Budgets, Leg};

@@ -78,6 +78,16 @@ pub struct ToolDeclaration {
     /// MCP tool annotations (hints such as `readOnlyHint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
+    /// Whether it runs as a task (`execution.taskSupport`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<crate::tasks::ToolExecution>,
+}
+
+impl ToolDeclaration {
+    /// Whether calls of this tool may, must or must not become tasks.
+    pub fn task_support(&self) -> crate::tasks::TaskSupport {
+        self.execution.as_ref().and_then(|e| e.task_support).unwrap_or_default()
+    }
 }
 
 fn empty_object_schema() -> Value {

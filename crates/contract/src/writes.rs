@@ -387,6 +387,7 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: None,
             annotations,
+            execution: None,
         };
         let destructive = tool(Some(json!({"destructiveHint": true})));
         let plain = tool(None);

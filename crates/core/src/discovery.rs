@@ -31,6 +31,7 @@ pub fn declaration() -> ToolDeclaration {
         }),
         output_schema: None,
         annotations: Some(json!({"readOnlyHint": true})),
+        execution: None,
     }
 }
 
@@ -112,6 +113,7 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: None,
             annotations: None,
+            execution: None,
         }
     }
 

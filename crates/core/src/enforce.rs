@@ -145,6 +145,7 @@ mod tests {
             input_schema: input,
             output_schema: output,
             annotations: None,
+            execution: None,
         }
     }
 

@@ -182,6 +182,7 @@ mod tests {
             input_schema: schema,
             output_schema: None,
             annotations: None,
+            execution: None,
         }
     }
 

@@ -97,6 +97,7 @@ impl ToolSource for ClientSource<'_> {
                     approval: ctx.approval.map(str::to_owned),
                     approval_required: ctx.approval_required,
                     redelivered: false,
+                    task: None,
                 },
             };
             let response = match ctx.progress {

@@ -264,6 +264,7 @@ mod tests {
             input_schema: serde_json::json!({"type":"object"}),
             output_schema: None,
             annotations: None,
+            execution: None,
         };
         let text = serde_json::to_string(std::slice::from_ref(&decl)).unwrap_or_default();
         let intake = crate::caps::intake(vec![decl], &Caps::default(), &crate::gate::SchemaCache::default());

@@ -193,6 +193,7 @@ mod tests {
                 input_schema: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
                 output_schema: None,
                 annotations: None,
+                execution: None,
             })
             .collect();
         let text = serde_json::to_string(&tools).unwrap_or_default();

@@ -161,6 +161,7 @@ impl OrderSource {
                 "additionalProperties": false
             })),
             annotations: Some(json!({"readOnlyHint": true, "idempotentHint": true})),
+            execution: None,
         }
     }
 
@@ -197,6 +198,7 @@ impl OrderSource {
             annotations: Some(
                 json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true}),
             ),
+            execution: None,
         }
     }
 

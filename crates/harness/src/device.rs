@@ -164,6 +164,7 @@ impl DeviceSpec {
             }),
             output_schema: None,
             annotations: None,
+            execution: None,
         });
         spec.with("openWorkOrder", Behavior::Navigate { tools: on_order })
     }
@@ -215,6 +216,7 @@ pub fn tool(name: &str) -> ToolDeclaration {
         input_schema: json!({"type": "object"}),
         output_schema: None,
         annotations: None,
+        execution: None,
     }
 }
 

@@ -38,6 +38,7 @@ mod tests {
             input_schema: serde_json::json!({"type": "object"}),
             output_schema: None,
             annotations: None,
+            execution: None,
         }
     }
 
