@@ -40,6 +40,13 @@ export interface ProgressSink {
   dropped(why: string): void;
 }
 
+/** What a task's run offers its handler (`ctx.taskId`, `ctx.status`). */
+export interface TaskHooks {
+  readonly id: string;
+  /** A new status line, already cut to the cap. */
+  status(message: string): void;
+}
+
 /** How the handler's run ended, as far as the caller is concerned. */
 export type Settled =
   | { kind: 'returned'; value: ToolReturn }
@@ -53,8 +60,8 @@ const ABORT_MESSAGES: Record<AbortWhy, string> = {
   closed: 'the client was closed',
 };
 
-/** Cuts a progress message to the cap (ending in `…`), never between the halves of a surrogate pair. */
-function capMessage(message: string): string {
+/** Cuts a progress or status message to the cap (ending in `…`), never between the halves of a surrogate pair. */
+export function capMessage(message: string): string {
   if (message.length <= MAX_PROGRESS_MESSAGE_CHARS) return message;
   let cut = MAX_PROGRESS_MESSAGE_CHARS - 1;
   const last = message.charCodeAt(cut - 1);
@@ -82,18 +89,21 @@ export class RunningCall {
   readonly request: CallRequest;
   readonly startedAt = performance.now();
   readonly #controller = new AbortController();
-  readonly #ceilingMs: number;
+  /** Undefined for a task's run, which its ttl bounds instead. */
+  readonly #ceilingMs: number | undefined;
   readonly #progress: ProgressSink | undefined;
+  readonly #task: TaskHooks | undefined;
   /** Set when `run()` settles: nothing the handler reports after that is sent. */
   #settled = false;
   /** The last `done` sent (MCP: progress increases with each notification). */
   #lastProgress: number | undefined;
   #progressDropped = 0;
 
-  constructor(request: CallRequest, ceilingMs: number, progress?: ProgressSink) {
+  constructor(request: CallRequest, ceilingMs: number | undefined, progress?: ProgressSink, task?: TaskHooks) {
     this.request = request;
     this.#ceilingMs = ceilingMs;
     this.#progress = progress;
+    this.#task = task;
   }
 
   /** How many of the handler's progress reports were dropped (invalid, or not sendable). */
@@ -147,6 +157,20 @@ export class RunningCall {
   }
 
   /**
+   * `ctx.status`: a task's status line. Like progress, nothing once the run
+   * has settled or its signal fired, and never a throw.
+   */
+  status(message: string): void {
+    const task = this.#task;
+    if (task === undefined || typeof message !== 'string' || this.#settled || this.#controller.signal.aborted) return;
+    try {
+      task.status(capMessage(message));
+    } catch {
+      // A status line that cannot be sent is not the handler's failure.
+    }
+  }
+
+  /**
    * Runs the handler. Settles with whatever comes first: the handler's return
    * or throw, or the signal (ceiling, cancel, disconnect, close). A handler
    * that ignores the signal keeps running, but its late outcome is dropped.
@@ -162,9 +186,12 @@ export class RunningCall {
       deadlineMs: req.deadlineMs,
       idempotencyKey: req.idempotencyKey,
       progress: (done, total, message) => this.progress(done, total, message),
+      taskId: this.#task?.id,
+      status: (message) => this.status(message),
     };
     return new Promise<Settled>((resolve) => {
-      const timer = setTimeout(() => this.abort('ceiling', `${this.#ceilingMs} ms`), this.#ceilingMs);
+      const ceiling = this.#ceilingMs;
+      const timer = ceiling === undefined ? undefined : setTimeout(() => this.abort('ceiling', `${ceiling} ms`), ceiling);
       const onAbort = (): void => {
         this.#settled = true;
         clearTimeout(timer);

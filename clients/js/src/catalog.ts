@@ -75,6 +75,10 @@ export function declarationOf(tool: AnyTool, limits: Limits): JsonObject {
   if (tool.outputSchema !== undefined && !isJsonObject(tool.outputSchema)) {
     throw new TetherError('invalid_tool', `${label}: outputSchema must be a JSON Schema object`);
   }
+  const task: unknown = tool.task;
+  if (task !== undefined && task !== 'optional' && task !== 'required') {
+    throw new TetherError('invalid_tool', `${label}: task must be "optional" or "required" (got ${JSON.stringify(task)}); leave it out for a tool that only runs inline`);
+  }
   const decl = asJson(
     {
       name: tool.name,
@@ -83,6 +87,8 @@ export function declarationOf(tool: AnyTool, limits: Limits): JsonObject {
       inputSchema: tool.inputSchema,
       outputSchema: tool.outputSchema,
       annotations: tool.annotations,
+      // MCP 2025-11-25: absent means forbidden, so a tool without `task` declares nothing.
+      execution: task === undefined ? undefined : { taskSupport: task },
     },
     label,
     'invalid_tool',
@@ -152,6 +158,7 @@ export class Catalog {
   #stamp: Stamp;
   #tools = new Map<string, AnyTool>();
   #context: AppContext | undefined;
+  #hasTasks = false;
   readonly #snapshots = new Map<number, Snapshot>();
 
   constructor(tools: readonly AnyTool[], context: AppContext | undefined, limits: Limits, seq = 1) {
@@ -178,6 +185,11 @@ export class Catalog {
   /** The tool with this device-side name in the current catalog. */
   tool(name: string): AnyTool | undefined {
     return this.#tools.get(name);
+  }
+
+  /** Whether a tool of the current catalog may run as a task (the handshake then declares `capabilities.tasks`). */
+  get hasTasks(): boolean {
+    return this.#hasTasks;
   }
 
   /** The device-side names in the current catalog, in declaration order. */
@@ -208,6 +220,7 @@ export class Catalog {
     const pages = paginate(decls, stamp, contextJson, this.#limits.frameBytes);
     this.#stamp = stamp;
     this.#tools = byName;
+    this.#hasTasks = [...byName.values()].some((t) => t.task !== undefined);
     this.#context = context;
     this.#snapshots.set(seq, { stamp, pages, context: contextJson });
     for (const old of this.#snapshots.keys()) {

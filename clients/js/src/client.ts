@@ -12,7 +12,8 @@
  * After a lost connection the client asks for its session back: the next
  * dial presents the edge's single-use resume token, and the client's memory
  * of keyed calls answers what the edge delivers again. The edge decides;
- * refused, it simply starts a new session.
+ * refused, it simply starts a new session. Tasks (tasks.ts) belong to the
+ * client too: they run on through any number of sessions until their ttl.
  */
 
 import { backoffDelay } from './backoff.js';
@@ -20,6 +21,7 @@ import { Catalog } from './catalog.js';
 import { TetherError } from './errors.js';
 import { Emitter } from './emitter.js';
 import { KeyedCalls } from './keyed.js';
+import { Tasks } from './tasks.js';
 import { classifyEnd, type Failure } from './ending.js';
 import { resolveOptions, type Resolved } from './options.js';
 import { Session, type ResumeTicket, type SessionEnd, type SessionHooks } from './session.js';
@@ -36,6 +38,19 @@ export class TetherClient {
   readonly #tokens = new WeakMap<Session, string>();
   readonly #retiring = new Set<Session>();
   readonly #keyed = new KeyedCalls();
+  readonly #tasks = new Tasks({
+    // A task's session, or its resumption (same id), if it is online; otherwise nothing is sent and the edge asks again.
+    notify: (sessionId, method, params) => {
+      for (const s of [this.#current, this.#next, ...this.#retiring]) {
+        if (s !== undefined && s.isOnline && s.id === sessionId) {
+          s.notify(method, params);
+          return;
+        }
+      }
+    },
+    callEnd: (e) => this.#events.emit('callEnd', e),
+    problem: (err) => this.#events.emit('error', err),
+  });
   /** The lost session's resume token, until the next dial presents it (once). */
   #resume: ResumeTicket | undefined;
   #state: ConnectionState = 'offline';
@@ -171,6 +186,7 @@ export class TetherClient {
     for (const s of sessions) s?.close(1000, 'client closed', 'closed');
     // Keyed runs that outlived a lost session belong to no session now.
     this.#keyed.abortAll('closed');
+    this.#tasks.closeAll();
     this.#goOffline({ reason: 'closed', willRetry: false });
     return Promise.resolve();
   }
@@ -257,11 +273,14 @@ export class TetherClient {
       protocolVersion: this.#cfg.protocolVersion,
       initializeResult: this.#cfg.initializeResult,
       discoverResult: this.#cfg.discoverResult,
+      taskInitializeResult: this.#cfg.taskInitializeResult,
+      taskDiscoverResult: this.#cfg.taskDiscoverResult,
       limits: this.#cfg.limits,
       heartbeat: this.#cfg.heartbeat,
       handshakeTimeoutMs: this.#cfg.handshakeTimeoutMs,
       hooks: this.#hooks,
       keyed: this.#keyed,
+      tasks: this.#tasks,
       ...(resume === undefined ? {} : { resume }),
       ...(this.#cfg.onApproval === undefined ? {} : { onApproval: this.#cfg.onApproval }),
     });

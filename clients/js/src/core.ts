@@ -20,5 +20,6 @@ export { DEFAULT_LIMITS, DEFAULT_HEARTBEAT } from './options.js';
 export { DEFAULT_BACKOFF } from './backoff.js';
 export { MCP_PROTOCOL_VERSION, SUBPROTOCOL, CLIENT_PATH } from './jsonrpc.js';
 export { MAX_PROGRESS_MESSAGE_CHARS } from './call.js';
+export { MAX_TASKS, DEFAULT_TASK_TTL_MS, MAX_TASK_TTL_MS, TASK_POLL_INTERVAL_MS } from './tasks.js';
 export type { Json, JsonObject } from './json.js';
 export type * from './types.js';

@@ -19,6 +19,8 @@ export const RpcCode = {
   methodNotFound: -32601,
   invalidParams: -32602,
   internal: -32603,
+  /** The request's work was cancelled (`tasks/result` of a cancelled task); JSON-RPC's reserved range, as LSP uses it. */
+  requestCancelled: -32800,
 } as const;
 
 /** Classifies one text frame. Never throws. */
@@ -75,6 +77,12 @@ export const Method = {
   manifestApplied: 'notifications/tether.dev/manifest_applied',
   /** Edge → device: ask the device's user to approve one write (docs/PROTOCOL.md, "Writes: approvals, keys and receipts"). */
   approve: 'tether.dev/approve',
+  /** Edge → device, MCP tasks (2025-11-25): a task's status, its outcome (blocking), stopping it. */
+  tasksGet: 'tasks/get',
+  tasksResult: 'tasks/result',
+  tasksCancel: 'tasks/cancel',
+  /** Device → edge: a task's status moved (params: the Task, flat). */
+  taskStatus: 'notifications/tasks/status',
 } as const;
 
 export const Meta = {
@@ -92,6 +100,8 @@ export const Meta = {
   progressToken: 'progressToken',
   /** In the handshake answer: `true` when the device asks its user to approve writes (`tether.dev/approve`). */
   approvals: 'tether.dev/approvals',
+  /** MCP's marker tying a message (the `tasks/result` answer) to its task. */
+  relatedTask: 'io.modelcontextprotocol/related-task',
 } as const;
 
 /** The MCP revision of the `initialize` handshake (2026-07-28 has none: see revision.ts). */

@@ -9,6 +9,7 @@ import { TetherError } from './errors.js';
 import { isJsonObject, utf8Bytes, type JsonObject } from './json.js';
 import { CLIENT_PATH, MCP_PROTOCOL_VERSION, Meta, RESUME_QUERY } from './jsonrpc.js';
 import { DEFAULT_PROTOCOL_VERSION, discoverResult, PROTOCOL_VERSIONS } from './revision.js';
+import { withTasks } from './tasks.js';
 import type { ApprovalHook, BackoffOptions, ConnectOptions, HeartbeatOptions, Limits, ProtocolVersion } from './types.js';
 
 export const DEFAULT_LIMITS: Limits = {
@@ -32,6 +33,9 @@ export interface Resolved {
   initializeResult: JsonObject;
   /** The `server/discover` answer (2026-07-28): the same identity as `initializeResult`. */
   discoverResult: JsonObject;
+  /** Both answers with `capabilities.tasks`, for a catalog with a task-capable tool. */
+  taskInitializeResult: JsonObject;
+  taskDiscoverResult: JsonObject;
   /** Asks the device's user about a write; when set, both answers declare `tether.dev/approvals`. */
   onApproval: ApprovalHook | undefined;
 }
@@ -141,6 +145,11 @@ export function resolveOptions(options: ConnectOptions): Resolved {
   const initialize = initializeResult(options, limits);
   const discover = discoverResult(initialize);
   fitsFrame(discover, 'server/discover', limits);
+  // Checked now although they are answered only once a tool may run as a task: a later setTools cannot throw for the concept.
+  const taskInitialize = withTasks(initialize);
+  const taskDiscover = discoverResult(taskInitialize);
+  fitsFrame(taskInitialize, 'initialize', limits);
+  fitsFrame(taskDiscover, 'server/discover', limits);
   return {
     url: clientUrl(options.url),
     limits,
@@ -151,6 +160,8 @@ export function resolveOptions(options: ConnectOptions): Resolved {
     protocolVersion: protocolVersion(options.protocolVersion),
     initializeResult: initialize,
     discoverResult: discover,
+    taskInitializeResult: taskInitialize,
+    taskDiscoverResult: taskDiscover,
     onApproval: options.onApproval,
   };
 }

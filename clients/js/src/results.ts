@@ -72,3 +72,12 @@ export function unavailableResult(name: string, available: string[]): CallToolRe
 export function invalidResult(name: string, why: string): CallToolResult {
   return failureResult({ code: 'invalid_result', retryable: false, message: `${name} returned a result that cannot be sent: ${why}` });
 }
+
+/** The outcome of a task whose ttl passed while its handler still ran: stopped, with its effect unknown. */
+export function taskExpiredResult(name: string, ttlMs: number): CallToolResult {
+  return failureResult({
+    code: 'device_timeout',
+    retryable: true,
+    message: `${name} did not finish within its task's ${ttlMs} ms time to live and was stopped; whether it took effect is unknown, so check before trying again.`,
+  });
+}

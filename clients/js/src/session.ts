@@ -7,14 +7,17 @@
  * the edge's `subscriptions/listen` stream), and stops a call when the edge
  * sends `notifications/cancelled`. With an `onApproval` hook it also answers
  * `tether.dev/approve`, the edge asking the device's user about a write
- * (approval.ts).
+ * (approval.ts). A tool declared with `task` may be called as an MCP task
+ * (tasks.ts): answered at once with the task, followed with `tasks/get`,
+ * `tasks/result` and `tasks/cancel`.
  *
  * A `Session` never reconnects; the client makes a new one. That keeps every
  * per-connection thing (calls in flight, heartbeats, the edge's session id)
  * in one object that dies with its socket. What outlives a socket belongs to
- * the client: the resume token it hands over at its end, and the keyed calls
+ * the client: the resume token it hands over at its end, the keyed calls
  * (keyed.ts) that keep running through a transport loss, since the edge
- * delivers them again on the resumed session.
+ * delivers them again on the resumed session, and the tasks, which outlive
+ * any socket.
  */
 
 import { approvalRequestOf, PendingApproval } from './approval.js';
@@ -30,8 +33,9 @@ import { failureResult, invalidResult, resultOf, timeoutResult, tooLargeResult, 
 import { Changes } from './changes.js';
 import type { KeyedCalls, KeyedRun, Replay, RunEnd, RunReporter } from './keyed.js';
 import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
+import { MAX_TASKS, ttlOf, type Task, type Tasks } from './tasks.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
-import type { ApprovalHook, CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
+import type { AnyTool, ApprovalHook, CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
 
 /** Close code the client uses when it gives up on a link it believes dead (browsers allow 1000 and 3000–4999). */
 const DEAD_LINK = 4000;
@@ -84,12 +88,17 @@ export interface SessionConfig {
   initializeResult: JsonObject;
   /** The `server/discover` result (2026-07-28), likewise. */
   discoverResult: JsonObject;
+  /** Both results with `capabilities.tasks`, answered while the catalog has a task-capable tool. */
+  taskInitializeResult: JsonObject;
+  taskDiscoverResult: JsonObject;
   limits: Limits;
   heartbeat: HeartbeatOptions;
   handshakeTimeoutMs: number;
   hooks: SessionHooks;
   /** The client's memory of keyed calls, shared by all its sessions. */
   keyed: KeyedCalls;
+  /** The client's tasks, shared by all its sessions. */
+  tasks: Tasks;
   /** Presented as `?resume=` at the upgrade, to take the previous session back. */
   resume?: ResumeTicket;
   /** Answers `tether.dev/approve`; without it the method is not served. */
@@ -145,6 +154,8 @@ export class Session {
   /** The edge's latest resume token for this session, if it gave one. */
   #resumeToken: string | undefined;
   #initialized = false;
+  /** Whether this session's handshake answer declared `capabilities.tasks`. */
+  #tasksDeclared = false;
   /** The revision the edge started (`initialize` or `server/discover`), not the one announced. */
   #revision: ProtocolVersion | undefined;
   readonly #changes = new Changes();
@@ -157,6 +168,12 @@ export class Session {
    * ceiling, so a retiring session does not wait for one.
    */
   readonly #approvals = new Map<string, PendingApproval>();
+  /**
+   * `tasks/result` requests waiting for their task to end, by request id.
+   * Apart from `#calls` too: a task is not bounded by the answer ceiling.
+   * Stopping a wait stops only the wait; the task goes on.
+   */
+  readonly #taskWaits = new Map<string, () => void>();
   #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
@@ -244,6 +261,15 @@ export class Session {
   }
 
   /**
+   * Sends a notification the client's tasks make (a status, a progress
+   * report) if this session is online; false when it was not sent.
+   */
+  notify(method: string, params: JsonObject): boolean {
+    if (this.#phase !== 'online') return false;
+    return this.#send(rpc.notification(method, params));
+  }
+
+  /**
    * Closes now: calls in flight are aborted with `why` (`closed` or
    * `disconnected`) and get no answer.
    */
@@ -296,6 +322,9 @@ export class Session {
     // The edge's approval request dies with the socket it was sent on, resumed or not.
     for (const approval of this.#approvals.values()) approval.abort(abortWhy);
     this.#approvals.clear();
+    // A tasks/result wait dies with its socket; the task does not (the edge asks again after a resume).
+    for (const stop of [...this.#taskWaits.values()]) stop();
+    this.#taskWaits.clear();
     this.#cfg.hooks.ended(this, end);
   }
 
@@ -374,7 +403,13 @@ export class Session {
         const resume = meta[Meta.resume];
         this.#resumeToken = typeof resume === 'string' && resume !== '' ? resume : undefined;
         this.#revision = method === Method.initialize ? rpc.MCP_PROTOCOL_VERSION : MODERN;
-        this.#send(rpc.response(id, method === Method.initialize ? this.#cfg.initializeResult : this.#cfg.discoverResult));
+        // Decided by the catalog now: a task tool declared later is offered as a task from the next session on.
+        const cfg = this.#cfg;
+        this.#tasksDeclared = cfg.catalog.hasTasks;
+        const answer = this.#tasksDeclared
+          ? { initialize: cfg.taskInitializeResult, discover: cfg.taskDiscoverResult }
+          : { initialize: cfg.initializeResult, discover: cfg.discoverResult };
+        this.#send(rpc.response(id, method === Method.initialize ? answer.initialize : answer.discover));
         this.#initialized = true;
         return;
       }
@@ -409,6 +444,23 @@ export class Session {
       case Method.ping:
         this.#send(rpc.response(id, this.#complete({})));
         return;
+      // Served whatever the catalog is now: a task outlives the tool that made it leaving the catalog.
+      case Method.tasksGet:
+      case Method.tasksCancel: {
+        const task = this.#taskOf(id, params);
+        if (task === undefined) return;
+        if (method === Method.tasksCancel && !task.cancel()) {
+          this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, `task ${task.id} is ${task.status} already; only a working task can be cancelled`));
+          return;
+        }
+        this.#send(rpc.response(id, this.#complete(task.view())));
+        return;
+      }
+      case Method.tasksResult: {
+        const task = this.#taskOf(id, params);
+        if (task !== undefined) void this.#onTaskResult(id, task);
+        return;
+      }
       case Method.approve: {
         const hook = this.#cfg.onApproval;
         // Without a hook the handshake did not declare approvals: the method is as unknown as any other.
@@ -466,6 +518,8 @@ export class Session {
         const key = JSON.stringify(requestId);
         this.#calls.get(key)?.abort('cancelled', typeof reason === 'string' ? reason : undefined);
         this.#approvals.get(key)?.abort('cancelled');
+        // Cancelling a tasks/result stops the wait, not the task (that is tasks/cancel).
+        this.#taskWaits.get(key)?.();
         return;
       }
       case Method.manifestApplied: {
@@ -514,6 +568,13 @@ export class Session {
     this.#goOnline();
     const hooks = this.#cfg.hooks;
     const start: CallStart = { callId: id, sessionId: this.#id, name, arguments: args };
+    const tool = this.#cfg.catalog.tool(name);
+    const taskParams = isJsonObject(params['task']) ? params['task'] : undefined;
+    if (tool?.task !== undefined && taskParams !== undefined) {
+      this.#startTask(start, request, tool, taskParams);
+      return;
+    }
+    if (tool !== undefined && this.#refusedByTaskSupport(start, tool, taskParams !== undefined)) return;
     const earlier = key === undefined ? undefined : this.#cfg.keyed.find(key, name);
     if (earlier !== undefined) {
       await this.#repeat(start, earlier, request.progressToken);
@@ -536,7 +597,6 @@ export class Session {
         hooks.problem(new TetherError('invalid_progress', `${name}: a ctx.progress report was dropped (${why}); further drops on this call are only counted (callEnd.progressDropped)`));
       },
     });
-    const tool = this.#cfg.catalog.tool(name);
     if (tool === undefined) {
       const names = this.#cfg.catalog.names();
       const namespaced = namespacedNames(names);
@@ -573,6 +633,106 @@ export class Session {
     // Remembered before it is sent: if this socket is gone, the edge's re-delivery gets it.
     remember?.end(replay);
     this.#answer(start, call, replay.result, replay.outcome);
+  }
+
+  /**
+   * Answers a task call at once with the task, then runs its handler in the
+   * background (tasks.ts). A call under an idempotency key that already made
+   * a task (the edge delivering it again after its answer was lost) is handed
+   * that task, and nothing runs again.
+   */
+  #startTask(start: CallStart, request: CallRequest, tool: AnyTool, taskParams: JsonObject): void {
+    const { hooks, tasks } = this.#cfg;
+    const key = request.idempotencyKey;
+    const earlier = key === undefined ? undefined : tasks.findByKey(key, start.name);
+    if (earlier !== undefined) {
+      hooks.callStart({ ...start, taskId: earlier.id, deduplicated: true });
+      const answered = this.#send(rpc.response(start.callId, this.#complete({ task: earlier.view() })));
+      hooks.callEnd({ ...start, taskId: earlier.id, deduplicated: true, outcome: answered ? 'ok' : 'disconnected', latencyMs: 0, answered });
+      return;
+    }
+    const task = tasks.create(request, start, ttlOf(taskParams));
+    if (task === undefined) {
+      hooks.callStart(start);
+      const message = `${start.name} cannot start as a task: the client keeps ${MAX_TASKS} tasks already and none has finished and been read; try again later`;
+      const answered = this.#send(rpc.errorResponse(start.callId, rpc.RpcCode.internal, message, { reason: 'too_many_tasks', max: MAX_TASKS, retryable: true }));
+      hooks.callEnd({ ...start, outcome: 'error', code: 'too_many_tasks', latencyMs: 0, answered });
+      return;
+    }
+    hooks.callStart(task.start);
+    if (!this.#send(rpc.response(start.callId, this.#complete({ task: task.view() })))) {
+      // Nobody learnt the task's id, so nobody could follow it: it never runs.
+      tasks.discard(task);
+      hooks.callEnd({ ...task.start, outcome: 'disconnected', latencyMs: 0, answered: false });
+      return;
+    }
+    tasks.run(task, tool);
+  }
+
+  /**
+   * MCP's tool-level task rules for a call made inline (`asTask` false) or
+   * as a task of a tool that has no `task`: a `required` tool must be a
+   * task, and a task-less tool of a session that declared tasks refuses one
+   * (a session that did not ignores `task`, as MCP asks). Answers -32601 and
+   * returns true when it refused.
+   */
+  #refusedByTaskSupport(start: CallStart, tool: AnyTool, asTask: boolean): boolean {
+    let message: string | undefined;
+    let code: string | undefined;
+    if (!asTask && tool.task === 'required') {
+      message = `${start.name} must be called as a task (its execution.taskSupport is "required"): add task to the tools/call params`;
+      code = 'task_required';
+    } else if (asTask && tool.task === undefined && this.#tasksDeclared) {
+      message = `${start.name} does not run as a task (it declares no execution.taskSupport): call it without task`;
+      code = 'task_forbidden';
+    }
+    if (message === undefined || code === undefined) return false;
+    const hooks = this.#cfg.hooks;
+    hooks.callStart(start);
+    const answered = this.#send(rpc.errorResponse(start.callId, rpc.RpcCode.methodNotFound, message));
+    hooks.callEnd({ ...start, outcome: 'error', code, latencyMs: 0, answered });
+    return true;
+  }
+
+  /** The task a `tasks/*` request names; answers -32602 (and returns undefined) when there is none. */
+  #taskOf(id: rpc.Id, params: JsonObject): Task | undefined {
+    const taskId = params['taskId'];
+    if (typeof taskId !== 'string') {
+      this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, 'tasks need a string taskId'));
+      return undefined;
+    }
+    const task = this.#cfg.tasks.find(taskId);
+    if (task === undefined) this.#send(rpc.errorResponse(id, rpc.RpcCode.invalidParams, `unknown task ${JSON.stringify(taskId)}`));
+    return task;
+  }
+
+  /**
+   * `tasks/result`: waits until the task is final, then answers with exactly
+   * what the call inline would have (stamped, capped), marked with the task
+   * (`io.modelcontextprotocol/related-task`). A cancelled task has no
+   * outcome: -32800. Nothing is sent if the wait stopped first (this socket
+   * closed, or the edge cancelled the request).
+   */
+  async #onTaskResult(id: rpc.Id, task: Task): Promise<void> {
+    if (!task.isFinal) {
+      const key = JSON.stringify(id);
+      this.#taskWaits.get(key)?.();
+      let stop!: () => void;
+      const ended = await new Promise<boolean>((resolve) => {
+        stop = () => resolve(false);
+        this.#taskWaits.set(key, stop);
+        void task.done.then(() => resolve(true));
+      });
+      if (this.#taskWaits.get(key) === stop) this.#taskWaits.delete(key);
+      if (!ended || this.#phase === 'ended') return;
+    }
+    const outcome = task.outcome;
+    if (outcome === undefined) {
+      this.#send(rpc.errorResponse(id, rpc.RpcCode.requestCancelled, 'the task was cancelled', { taskId: task.id }));
+      return;
+    }
+    const { frame } = this.#resultFrame(id, task.start.name, outcome.result, outcome.outcome, { [Meta.relatedTask]: { taskId: task.id } });
+    if (this.#send(frame)) task.delivered();
   }
 
   /**
@@ -619,6 +779,21 @@ export class Session {
 
   /** Stamps the seq and digest, enforces the result cap, sends, and reports the call's end. */
   #answer(start: CallStart, call: Answerable, result: CallToolResult, outcome: CallOutcome): void {
+    const { frame, final, outcome: finalOutcome } = this.#resultFrame(start.callId, start.name, result, outcome);
+    const answered = this.#send(frame);
+    const structured = final.structuredContent;
+    const code = final.isError === true && structured !== undefined && typeof structured['code'] === 'string' ? structured['code'] : undefined;
+    const end: CallEnd = { ...start, outcome: answered ? finalOutcome : 'disconnected', latencyMs: call.elapsedMs(), answered };
+    if (code !== undefined) end.code = code;
+    this.#cfg.hooks.callEnd(withDropped(end, call));
+  }
+
+  /**
+   * The response frame of a call result: stamped with the seq and digest
+   * (and `meta`), within the result cap. A result that cannot be sent as it
+   * is becomes the error result that says why.
+   */
+  #resultFrame(id: rpc.Id, name: string, result: CallToolResult, outcome: CallOutcome, meta: JsonObject = {}): { frame: string; final: CallToolResult; outcome: CallOutcome } {
     let frame: string;
     let final = result;
     let finalOutcome = outcome;
@@ -626,29 +801,24 @@ export class Session {
       const out: JsonObject = { content: r.content };
       if (r.structuredContent !== undefined) out['structuredContent'] = r.structuredContent;
       if (r.isError === true) out['isError'] = true;
-      out['_meta'] = { ...(r._meta ?? {}), ...stampMeta(this.#cfg.catalog.stamp) };
+      out['_meta'] = { ...(r._meta ?? {}), ...stampMeta(this.#cfg.catalog.stamp), ...meta };
       return this.#complete(out);
     };
     try {
-      frame = rpc.response(start.callId, stamp(result));
+      frame = rpc.response(id, stamp(result));
     } catch (err) {
-      final = invalidResult(start.name, (err as Error).message);
+      final = invalidResult(name, (err as Error).message);
       finalOutcome = 'error';
-      frame = rpc.response(start.callId, stamp(final));
+      frame = rpc.response(id, stamp(final));
     }
     const bytes = utf8Bytes(frame);
     const limit = this.#cfg.limits.resultBytes;
     if (bytes > limit) {
-      final = tooLargeResult(start.name, bytes, limit);
+      final = tooLargeResult(name, bytes, limit);
       finalOutcome = 'too_large';
-      frame = rpc.response(start.callId, stamp(final));
-      this.#cfg.hooks.problem(new TetherError('frame_too_large', `${start.name}: a ${bytes}-byte result exceeds the ${limit}-byte result cap; answered with payload_too_large`));
+      frame = rpc.response(id, stamp(final));
+      this.#cfg.hooks.problem(new TetherError('frame_too_large', `${name}: a ${bytes}-byte result exceeds the ${limit}-byte result cap; answered with payload_too_large`));
     }
-    const answered = this.#send(frame);
-    const structured = final.structuredContent;
-    const code = final.isError === true && structured !== undefined && typeof structured['code'] === 'string' ? structured['code'] : undefined;
-    const end: CallEnd = { ...start, outcome: answered ? finalOutcome : 'disconnected', latencyMs: call.elapsedMs(), answered };
-    if (code !== undefined) end.code = code;
-    this.#cfg.hooks.callEnd(withDropped(end, call));
+    return { frame, final, outcome: finalOutcome };
   }
 }

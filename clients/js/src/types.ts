@@ -70,6 +70,19 @@ export interface ToolContext {
    * `message` is cut to 256 characters.
    */
   progress(done: number, total?: number, message?: string): void;
+  /**
+   * The task this run is, when the edge called the tool as an MCP task
+   * (see `Tool.task`); undefined for an inline call.
+   */
+  readonly taskId: string | undefined;
+  /**
+   * Sets a task's status line ("waiting for the card tap"): sent at once as
+   * `notifications/tasks/status` with status `working`, and what `tasks/get`
+   * says from then on. A no-op for an inline call, once the run has settled
+   * or its signal fired, and while the device is offline (the edge asks again
+   * after a resume). `message` is cut to 256 characters.
+   */
+  status(message: string): void;
 }
 
 /** MCP tool annotations (hints for the model and the host). */
@@ -81,6 +94,16 @@ export interface ToolAnnotations {
   openWorldHint?: boolean;
   [key: string]: Json | undefined;
 }
+
+/**
+ * Whether a tool may run as an MCP task (revision 2025-11-25, experimental):
+ * `optional` runs inline, or as a task when the edge asks for one;
+ * `required` runs only as a task. Declared as `execution.taskSupport`.
+ */
+export type TaskSupport = 'optional' | 'required';
+
+/** Where a task is (MCP's `TaskStatus`); the last three are final. */
+export type TaskStatus = 'working' | 'completed' | 'failed' | 'cancelled';
 
 /**
  * A tool the client runs. `A` is the argument type the handler expects; the
@@ -99,6 +122,14 @@ export interface Tool<A = JsonObject> {
   /** JSON Schema of `structuredContent`; the backend withholds results that do not match. */
   outputSchema?: JsonObject;
   annotations?: ToolAnnotations;
+  /**
+   * Lets the edge run the tool as an MCP task: the call is answered at once
+   * with the task, the handler goes on past the call's deadline (bounded by
+   * the task's ttl, not the answer ceiling, and through a resumed
+   * connection), and the edge fetches the outcome with `tasks/result`.
+   * Absent: the tool only runs inline.
+   */
+  task?: TaskSupport;
   /** Runs the tool. Throw (ideally a `ToolError`) to fail the call with a code. */
   handler(args: A, ctx: ToolContext): ToolReturn | Promise<ToolReturn>;
 }
@@ -265,13 +296,13 @@ export type CallOutcome =
   | 'ok'
   /** The handler threw or returned `isError`; the error result was sent. */
   | 'error'
-  /** The answer ceiling passed; the handler was aborted and a `device_timeout` error sent. */
+  /** The answer ceiling (for a task: its ttl) passed; the handler was aborted and a `device_timeout` error sent. */
   | 'timeout'
   /** The result exceeded `limits.resultBytes`; a `payload_too_large` error was sent instead. */
   | 'too_large'
   /** The tool is not in the catalog now; a `tool_unavailable` error was sent. */
   | 'unavailable'
-  /** The edge cancelled the call; nothing was sent (the edge stopped waiting). */
+  /** The edge cancelled the call (`notifications/cancelled`, or `tasks/cancel` for a task); no result was sent. */
   | 'cancelled'
   /** The socket closed first; nothing could be sent. */
   | 'disconnected'
@@ -284,6 +315,8 @@ export interface CallStart {
   sessionId: string;
   name: string;
   arguments: JsonObject;
+  /** The task the call started, when the edge called the tool as a task. */
+  taskId?: string;
   /**
    * Set when the call's idempotency key already ran (the edge delivered the
    * call again after a resume, or the backend retried it): it is answered
@@ -292,7 +325,11 @@ export interface CallStart {
   deduplicated?: true;
 }
 
-/** A call ended (`callEnd`). */
+/**
+ * A call ended (`callEnd`). For a task (`taskId` set) that is when its
+ * handler settled, the task's outcome then being kept for `tasks/result`;
+ * `answered` says the task was handed to the edge.
+ */
 export interface CallEnd extends CallStart {
   outcome: CallOutcome;
   /** The failure code sent, for `error`, `timeout`, `too_large` and `unavailable`. */
