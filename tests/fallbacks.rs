@@ -144,6 +144,20 @@ async fn unknown_responses_stale_list_changed_and_bad_frames() {
     assert!(edge.hub.metrics.render().contains("tether_frames_refused_total{kind=\"parse_error\"} 1"));
 }
 
+/// A device's task status for no task the edge follows, or malformed, is dropped and counted.
+#[tokio::test(start_paused = true)]
+async fn task_statuses_for_no_task_the_edge_follows_are_dropped_and_counted() {
+    let edge = DuplexEdge::new();
+    let mut ws = edge.raw_device().await;
+    let _session = scripted(&edge, &mut ws, json!([{"name":"a"}])).await;
+    let status =
+        |params: Value| json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":params});
+    send(&mut ws, status(json!({"taskId": "nobody-asked", "status": "working"}))).await;
+    send(&mut ws, status(json!({"status": 7}))).await;
+    wait_until(|| counter(&edge, "task_statuses_dropped") == 2).await;
+    assert_eq!(counter(&edge, "task_statuses_dropped"), 2);
+}
+
 /// Progress for no call in flight, malformed, or going backwards is dropped
 /// and counted at the edge; progress the link has no caller for, at core.
 #[tokio::test(start_paused = true)]

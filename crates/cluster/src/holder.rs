@@ -385,7 +385,7 @@ async fn serve_events(inner: Arc<Inner>, hub: Arc<Hub>, mut events: Subscriber, 
                 lock(&inner.remote).remove(&closed.session);
                 hub.remember_closed(&closed.session, &closed.reason);
             }
-            EventKind::ListChanged(_) => {}
+            EventKind::ListChanged(_) | EventKind::TaskStatus(_) => {}
         }
         hub.publish_here(event.event.into());
     }

@@ -135,6 +135,7 @@ pub(crate) enum EventKind {
     SessionClosed(SessionClosed),
     SessionOpened(SessionOpened),
     SessionResumed(SessionResumed),
+    TaskStatus(tether_contract::tasks::TaskState),
 }
 
 impl From<&BackendEvent> for EventKind {
@@ -144,6 +145,7 @@ impl From<&BackendEvent> for EventKind {
             BackendEvent::SessionClosed(p) => EventKind::SessionClosed(p.clone()),
             BackendEvent::SessionOpened(p) => EventKind::SessionOpened(p.clone()),
             BackendEvent::SessionResumed(p) => EventKind::SessionResumed(p.clone()),
+            BackendEvent::TaskStatus(p) => EventKind::TaskStatus(p.clone()),
         }
     }
 }
@@ -155,6 +157,7 @@ impl From<EventKind> for BackendEvent {
             EventKind::SessionClosed(p) => BackendEvent::SessionClosed(p),
             EventKind::SessionOpened(p) => BackendEvent::SessionOpened(p),
             EventKind::SessionResumed(p) => BackendEvent::SessionResumed(p),
+            EventKind::TaskStatus(p) => BackendEvent::TaskStatus(p),
         }
     }
 }

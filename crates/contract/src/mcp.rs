@@ -186,6 +186,8 @@ pub struct ResultStamps {
     pub seq: Option<u64>,
     /// `_meta["tether.dev/digest"]`, when a string.
     pub digest: Option<String>,
+    /// `isError`: the tool reports a failure.
+    pub is_error: bool,
 }
 
 /// Why a raw result was not forwarded.
@@ -240,7 +242,7 @@ impl<'de> serde::de::Visitor<'de> for StampsVisitor {
 
 /// The shape [`CallToolResult`] accepts, read without keeping it.
 #[derive(Deserialize)]
-#[allow(dead_code)] // `content`, `structured_content`, `is_error` are read to check their types.
+#[allow(dead_code)] // `content`, `structured_content` are read to check their types.
 struct Shape {
     #[serde(default)]
     content: Vec<IgnoredAny>,
@@ -286,10 +288,12 @@ impl RawCallResult {
         if asks_for_input(shape.result_type.as_ref()) {
             return Err(RawResultError::InputRequired);
         }
-        let stamps = shape.meta.map_or_else(ResultStamps::default, |m| ResultStamps {
+        let mut stamps = shape.meta.map_or_else(ResultStamps::default, |m| ResultStamps {
             seq: m.seq.as_ref().and_then(Value::as_u64),
             digest: m.digest.as_ref().and_then(Value::as_str).map(str::to_owned),
+            is_error: false,
         });
+        stamps.is_error = shape.is_error;
         Ok((RawCallResult(raw), stamps))
     }
 
@@ -355,7 +359,7 @@ mod tests {
         let stamped = format!(r#"{{"_meta":{{"{}":3,"{}":"x"}}}}"#, meta::SEQ, meta::DIGEST);
         assert_eq!(
             read(&stamped).ok().map(|r| r.1),
-            Some(ResultStamps { seq: Some(3), digest: Some("x".into()) })
+            Some(ResultStamps { seq: Some(3), digest: Some("x".into()), is_error: false })
         );
     }
 }

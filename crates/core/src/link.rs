@@ -51,6 +51,8 @@ pub enum Notification {
     SessionOpened(SessionOpened),
     /// A session's device came back within the grace period: same session, new socket.
     SessionResumed(SessionResumed),
+    /// A task's status moved (made by a call of this or another backend of the user).
+    TaskStatus(tether_contract::tasks::TaskState),
     /// A notification this version does not know.
     Other {
         /// Method name.
@@ -58,6 +60,11 @@ pub enum Notification {
         /// Params.
         params: Value,
     },
+}
+
+fn task_params(params: &tether_contract::tasks::TaskParams) -> Result<Value, WireError> {
+    serde_json::to_value(params)
+        .map_err(|e| WireError::new(ErrorKind::InvalidParams, format!("bad task params: {e}")))
 }
 
 /// Where a call's progress goes while it runs (bounded: a slow reader loses
@@ -371,6 +378,34 @@ impl BackendLink {
         self.typed(method::APPROVALS_DECIDE, value, Leg::TurnStart, budget).await
     }
 
+    /// A task's status now (`tasks/get`), within `budget`.
+    pub async fn task(
+        &self,
+        params: &tether_contract::tasks::TaskParams,
+        budget: Duration,
+    ) -> Result<tether_contract::tasks::TaskState, WireError> {
+        self.typed(method::TASKS_GET, task_params(params)?, Leg::TurnStart, budget).await
+    }
+
+    /// A task's outcome (`tasks/result`): waits up to `budget` for it to end;
+    /// the call's result, or the error it ended with.
+    pub async fn task_result(
+        &self,
+        params: &tether_contract::tasks::TaskParams,
+        budget: Duration,
+    ) -> Result<CallResponse, WireError> {
+        self.typed(method::TASKS_RESULT, task_params(params)?, Leg::Task, budget).await
+    }
+
+    /// Stops a task on its device (`tasks/cancel`); cancelled is final.
+    pub async fn cancel_task(
+        &self,
+        params: &tether_contract::tasks::TaskParams,
+        budget: Duration,
+    ) -> Result<tether_contract::tasks::TaskState, WireError> {
+        self.typed(method::TASKS_CANCEL, task_params(params)?, Leg::TurnStart, budget).await
+    }
+
     /// The ledger of this backend's server-side writes.
     pub(crate) fn writes(&self, window: Duration) -> &Arc<crate::writes::CoreLedger> {
         self.writes.get_or_init(|| {
@@ -443,6 +478,7 @@ fn decode_notification(method: String, params: Value) -> Notification {
         method::SESSION_RESUMED => {
             serde_json::from_value(params.clone()).ok().map(Notification::SessionResumed)
         }
+        method::TASK_STATUS => serde_json::from_value(params.clone()).ok().map(Notification::TaskStatus),
         _ => None,
     };
     decoded.unwrap_or(Notification::Other { method, params })

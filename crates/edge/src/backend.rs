@@ -25,6 +25,7 @@ use tether_contract::backend::{method, CallParams, ListParams, SessionParams, Se
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp;
+use tether_contract::tasks::TaskParams;
 use tether_contract::writes::DecideParams;
 use tether_counters::fallback;
 
@@ -107,6 +108,21 @@ fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Read
     }
 }
 
+/// The task `p` names, when it is `owner`'s on that session; anything else
+/// reads as unknown, so nobody learns of another user's tasks.
+fn owned_task(hub: &Hub, p: &TaskParams, owner: &str) -> Result<Arc<crate::session::TaskRecord>, WireError> {
+    hub.task(&p.task).filter(|t| t.session == p.session && t.owner == owner).ok_or_else(|| {
+        WireError::new(
+            ErrorKind::InvalidParams,
+            format!(
+                "no task {} of this user on session {}: it ended more than its ttl ago, or was never made here",
+                p.task, p.session
+            ),
+        )
+        .with("task", p.task.as_str())
+    })
+}
+
 /// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, WireError> {
     serde_json::value::to_raw_value(v)
@@ -181,6 +197,16 @@ pub async fn handle(
             };
             hub.metrics.calls.get_or_create(&[("outcome", outcome_label)]).inc();
             to_value(&outcome?)
+        }
+        method::TASKS_GET | method::TASKS_RESULT | method::TASKS_CANCEL => {
+            let p: TaskParams = params(raw)?;
+            let owner = caller(hub, &p.session, p.meta.credential.as_deref())?;
+            let record = owned_task(hub, &p, &owner)?;
+            match method_name {
+                method::TASKS_GET => to_value(&record.state()),
+                method::TASKS_CANCEL => to_value(&crate::session::cancel_task(hub, &record)?),
+                _ => to_value(&record.outcome().await?),
+            }
         }
         other => {
             Err(WireError::new(ErrorKind::MethodNotFound, format!("the backend link has no method {other}")))

@@ -62,6 +62,14 @@ tether_counters::counters! {
         approvals_used,
         /// Keyed calls answered with their key's first outcome, nothing sent to the device.
         keyed_replays,
+        /// Calls that became tasks on their device (the call answered at once, the work goes on).
+        tasks_created,
+        /// Tasks that ended with their tool's result.
+        tasks_completed,
+        /// Tasks that ended failed: an error, an `isError` result, or no outcome at all.
+        tasks_failed,
+        /// Tasks their caller cancelled (the device told).
+        tasks_cancelled,
     }
     fallbacks {
         /// Device connections that failed the handshake (initialize or first read).
@@ -112,6 +120,12 @@ tether_counters::counters! {
         approval_decisions_refused,
         /// Approval requests the device did not answer (or answered too late); the caller may still decide them.
         device_approvals_failed,
+        /// Tasks that ended without an outcome: the device never came back, moved out of reach, or the ttl ran out.
+        tasks_lost,
+        /// Task calls refused because the session already ran its most tasks (the device told to cancel).
+        tasks_refused,
+        /// Device task statuses dropped: malformed, or for no task this edge follows.
+        task_statuses_dropped,
         /// Results refused for exceeding the result cap.
         results_too_large,
         /// Manifest candidates refused as not newer than the applied one.

@@ -38,6 +38,8 @@ pub enum BackendEvent {
     SessionOpened(SessionOpened),
     /// A session's device came back within the grace period, perhaps to another edge.
     SessionResumed(SessionResumed),
+    /// A task's status moved.
+    TaskStatus(tether_contract::tasks::TaskState),
 }
 
 impl BackendEvent {
@@ -48,6 +50,7 @@ impl BackendEvent {
             BackendEvent::SessionClosed(p) => (method::SESSION_CLOSED, serde_json::to_value(p)),
             BackendEvent::SessionOpened(p) => (method::SESSION_OPENED, serde_json::to_value(p)),
             BackendEvent::SessionResumed(p) => (method::SESSION_RESUMED, serde_json::to_value(p)),
+            BackendEvent::TaskStatus(p) => (method::TASK_STATUS, serde_json::to_value(p)),
         };
         jsonrpc::notification(m, &params.unwrap_or(Value::Null))
     }
@@ -78,6 +81,9 @@ pub struct Hub {
     /// Each session's write ledger, by id: made on its first approved or
     /// keyed call, kept across a resume on this edge, gone with the session.
     ledgers: DashMap<String, Arc<crate::session::EdgeLedger>>,
+    /// Tasks this edge follows, by tether id: they outlive their socket
+    /// (a resume), and their outcome outlives their session, for their ttl.
+    tasks: DashMap<String, Arc<crate::session::TaskRecord>>,
 }
 
 impl Hub {
@@ -114,6 +120,7 @@ impl Hub {
             events,
             router,
             ledgers: DashMap::new(),
+            tasks: DashMap::new(),
             schemas: crate::gate::SchemaCache::default(),
             catalogs: crate::shared::CatalogCache::default(),
         })
@@ -254,6 +261,26 @@ impl Hub {
     /// Session `id`'s write ledger, if it has one.
     pub(crate) fn ledger_if_any(&self, id: &str) -> Option<Arc<crate::session::EdgeLedger>> {
         self.ledgers.get(id).map(|l| Arc::clone(&l))
+    }
+
+    /// Files a task this edge follows.
+    pub(crate) fn file_task(&self, task: Arc<crate::session::TaskRecord>) {
+        self.tasks.insert(task.id.clone(), task);
+    }
+
+    /// A task this edge follows, by tether id.
+    pub fn task(&self, id: &str) -> Option<Arc<crate::session::TaskRecord>> {
+        self.tasks.get(id).map(|t| Arc::clone(&t))
+    }
+
+    /// Every task of session `id` this edge follows.
+    pub(crate) fn tasks_of(&self, id: &str) -> Vec<Arc<crate::session::TaskRecord>> {
+        self.tasks.iter().filter(|t| t.session == id).map(|t| Arc::clone(&t)).collect()
+    }
+
+    /// Forgets a task whose life is over.
+    pub(crate) fn forget_task(&self, id: &str) {
+        self.tasks.remove(id);
     }
 
     /// Forgets the ledger of a session that moved to another edge.

@@ -80,6 +80,22 @@ pub enum Behavior {
     StringId,
     /// Draw one of the above per call from a shared, seeded mix.
     Mixed(Arc<FaultMix>),
+    /// A long-running tool (MCP tasks, 2025-11-25): called with `task`, it
+    /// answers its task at once, says "halfway" half way through
+    /// (`notifications/tasks/status`) and finishes `after` later (`tasks/result`); called without, it answers
+    /// inline after `after`. Declare the tool with [`task_tool`].
+    Task {
+        /// Time the work takes.
+        after: Duration,
+    },
+}
+
+/// A task the simulated device runs; it outlives the socket (a resume).
+#[derive(Debug, Clone)]
+pub struct SimTask {
+    done_at: tokio::time::Instant,
+    result: Value,
+    cancelled: watch::Sender<bool>,
 }
 
 /// What the device is: its identity, catalog and behaviours.
@@ -113,6 +129,8 @@ pub struct DeviceSpec {
     /// How its user answers `tether.dev/approve`, by policy: None when the
     /// device does not ask its user (it declares no `tether.dev/approvals`).
     pub approves: Option<bool>,
+    /// Its tasks by id; shared by clones, so a resumed device still runs them.
+    pub tasks: Arc<Mutex<HashMap<String, SimTask>>>,
 }
 
 /// Why a device spec could not be built.
@@ -189,6 +207,7 @@ impl DeviceSpec {
             record_calls: true,
             answered: Arc::default(),
             approves: None,
+            tasks: Arc::default(),
         }
     }
 
@@ -220,6 +239,14 @@ pub fn tool(name: &str) -> ToolDeclaration {
     }
 }
 
+/// A tool declared long-running: it runs as a task when asked to (`taskSupport: optional`).
+pub fn task_tool(name: &str) -> ToolDeclaration {
+    let execution = tether_contract::tasks::ToolExecution {
+        task_support: Some(tether_contract::tasks::TaskSupport::Optional),
+    };
+    ToolDeclaration { execution: Some(execution), ..tool(name) }
+}
+
 /// One `tools/call` the device received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceivedCall {
@@ -242,6 +269,8 @@ pub struct Observed {
     cancels: Mutex<Vec<Value>>,
     /// `tether.dev/approve` requests the device's user was shown.
     approvals: Mutex<Vec<Value>>,
+    /// Task ids the edge cancelled (`tasks/cancel`).
+    task_cancels: Mutex<Vec<String>>,
     manifest_reports: Mutex<Vec<Value>>,
     close_code: Mutex<Option<u16>>,
 }
@@ -257,6 +286,11 @@ impl Observed {
     /// Approval requests the device's user was shown, oldest first.
     pub fn approvals(&self) -> Vec<Value> {
         lock(&self.approvals).clone()
+    }
+
+    /// Task ids the edge cancelled with `tasks/cancel`, oldest first.
+    pub fn task_cancels(&self) -> Vec<String> {
+        lock(&self.task_cancels).clone()
     }
 
     /// Idempotency keys of calls answered from memory instead of run again.
@@ -745,7 +779,71 @@ async fn handle_request(
                     let _ =
                         out.send(Message::text(jsonrpc::response(&spelled, &echo(state.seq_meta())))).await;
                 }
+                Behavior::Task { after } => {
+                    let result = echo(state.seq_meta());
+                    if params.get("task").is_none() {
+                        delayed(out, id, after, result);
+                        return true;
+                    }
+                    let task_id = next_task_id();
+                    let done_at = tokio::time::Instant::now() + after;
+                    let task = SimTask { done_at, result, cancelled: watch::channel(false).0 };
+                    lock(&state.spec.tasks).insert(task_id.clone(), task);
+                    let _ = out.send(reply(json!({"task": task_json(&task_id, "working")}))).await;
+                    // Halfway, a status line (lost if the socket is gone by then, as on a real device).
+                    let mut status = task_json(&task_id, "working");
+                    status["statusMessage"] = Value::from("halfway");
+                    let frame = Message::text(jsonrpc::notification(TASK_STATUS, &status));
+                    delayed_frame(out, after / 2, frame);
+                }
                 Behavior::Mixed(_) => {}
+            }
+        }
+        TASKS_RESULT | TASKS_GET | TASKS_CANCEL => {
+            let task_id = params.get("taskId").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let Some(task) = lock(&state.spec.tasks).get(&task_id).cloned() else {
+                let error = json!({"code": -32602, "message": format!("unknown task {task_id}")});
+                let _ = out
+                    .send(Message::text(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()))
+                    .await;
+                return true;
+            };
+            let cancelled = *task.cancelled.borrow();
+            let done = tokio::time::Instant::now() >= task.done_at;
+            let status = if cancelled {
+                "cancelled"
+            } else if done {
+                "completed"
+            } else {
+                "working"
+            };
+            match method_name {
+                TASKS_GET => {
+                    let _ = out.send(reply(task_json(&task_id, status))).await;
+                }
+                TASKS_CANCEL => {
+                    lock(&observed.task_cancels).push(task_id.clone());
+                    task.cancelled.send_replace(true);
+                    let _ = out.send(reply(task_json(&task_id, "cancelled"))).await;
+                }
+                _ => {
+                    let out = out.clone();
+                    let mut cancel = task.cancelled.subscribe();
+                    tokio::spawn(async move {
+                        let frame = tokio::select! {
+                            () = tokio::time::sleep_until(task.done_at), if !cancelled => {
+                                let mut result = task.result;
+                                result["_meta"]["io.modelcontextprotocol/related-task"] = json!({"taskId": task_id});
+                                jsonrpc::response(&id, &result)
+                            }
+                            _ = cancel.wait_for(|c| *c) => {
+                                let error = json!({"code": -32800, "message": "the task was cancelled"});
+                                json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
+                            }
+                        };
+                        let _ = out.send(Message::text(frame)).await;
+                    });
+                }
             }
         }
         tether_contract::writes::method::APPROVE if state.spec.approves.is_some() => {
@@ -786,6 +884,31 @@ fn concrete(mix: &FaultMix, state: &State) -> Behavior {
         Fault::Oversize => Behavior::Oversize,
         Fault::Flood => Behavior::Flood,
     }
+}
+
+const TASKS_RESULT: &str = tether_contract::tasks::method::TASKS_RESULT;
+const TASKS_GET: &str = tether_contract::tasks::method::TASKS_GET;
+const TASKS_CANCEL: &str = tether_contract::tasks::method::TASKS_CANCEL;
+const TASK_STATUS: &str = tether_contract::tasks::method::STATUS;
+
+/// A task id unique in the process (request ids restart on a new socket).
+fn next_task_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("sim-task-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A task as MCP 2025-11-25 shapes it.
+fn task_json(task_id: &str, status: &str) -> Value {
+    json!({"taskId": task_id, "status": status, "createdAt": "2026-01-01T00:00:00Z",
+           "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 600_000, "pollInterval": 1000})
+}
+
+fn delayed_frame(out: &mpsc::Sender<Message>, after: Duration, frame: Message) {
+    let out = out.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = out.send(frame).await;
+    });
 }
 
 fn delayed(out: &mpsc::Sender<Message>, id: Value, after: Duration, result: Value) {

@@ -15,6 +15,7 @@ use tether_contract::backend::{CallParams, CallResponse, NamePair, Progress, Rec
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, RawCallResult, RawResultError};
+use tether_contract::tasks::{CreateTaskResult, TaskMetadata, TaskSupport};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
@@ -66,6 +67,9 @@ struct DeviceCall<'a> {
     arguments: &'a Value,
     #[serde(rename = "_meta")]
     meta: &'a Map<String, Value>,
+    /// Made as a task: the device answers with its task at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<TaskMetadata>,
 }
 
 /// Where a device's progress on one call goes: the backend link that asked, under its token.
@@ -260,12 +264,31 @@ impl Session {
         let Some(declaration) = applied.tools().iter().find(|t| t.name == params.name) else {
             return Err(WireError::new(ErrorKind::Internal, "a listed tool has no declaration"));
         };
+        let task = self.task_ttl(params, declaration.task_support())?;
         let call = Gated { params, original: &original, declaration, leg };
-        let deliver = self.deliver(params, &original, progress, &applied, leg);
+        let deliver = self.deliver(params, &original, progress, &applied, leg, task);
         self.gated_write(call, deliver).await
     }
 
-    /// Sends a call that passed every gate to the device, and reads its answer.
+    /// Whether a call runs as a task, and for how long: when its tool needs
+    /// one, or allows one and the caller asked (its ttl cut to the edge's).
+    fn task_ttl(&self, params: &CallParams, support: TaskSupport) -> Result<Option<Duration>, WireError> {
+        let budget = self.hub.config.budgets.task;
+        let asked =
+            params.meta.task.map(|t| t.ttl.map_or(budget, |ms| Duration::from_millis(ms).min(budget)));
+        match support {
+            TaskSupport::Required => Ok(Some(asked.unwrap_or(budget))),
+            TaskSupport::Optional => Ok(asked),
+            TaskSupport::Forbidden if asked.is_some() => Err(WireError::new(
+                ErrorKind::InvalidParams,
+                format!("{} does not run as a task; call it without tether.dev/task", params.name),
+            )),
+            TaskSupport::Forbidden => Ok(None),
+        }
+    }
+
+    /// Sends a call that passed every gate to the device, and reads its answer
+    /// (for a call made as a task, the task it started).
     async fn deliver(
         &self,
         params: &CallParams,
@@ -273,6 +296,7 @@ impl Session {
         progress: Option<ProgressRelay>,
         applied: &AppliedManifest,
         leg: Duration,
+        task: Option<Duration>,
     ) -> Result<CallResponse<RawCallResult>, WireError> {
         let result_cap = self.caps().result_bytes;
         let mut call_meta = self.request_meta();
@@ -288,7 +312,12 @@ impl Session {
             lock(&self.progress).insert(token, relay);
             ProgressGuard { session: self, token }
         });
-        let device_params = DeviceCall { name: original, arguments: &params.arguments, meta: &call_meta };
+        let device_params = DeviceCall {
+            name: original,
+            arguments: &params.arguments,
+            meta: &call_meta,
+            task: task.map(|ttl| TaskMetadata { ttl: Some(ms(ttl)) }),
+        };
         let started = Instant::now();
         let keyed = params.meta.idempotency_key.is_some();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, original, keyed).await;
@@ -322,6 +351,12 @@ impl Session {
             .with("direction", "response")
             .with("bytes", bytes)
             .with("limit", result_cap));
+        }
+        if let Some(ttl) = task {
+            if let Ok(created) = serde_json::from_str::<CreateTaskResult>(raw.get()) {
+                return self.begin_task(created.task, &params.name, ttl, applied.seq);
+            }
+            // A device may run an optional task inline: its answer is the result.
         }
         // Checked and read without a tree; forwarded as the device wrote it.
         let (result, stamps) = RawCallResult::read(raw).map_err(|e| match e {

@@ -13,6 +13,7 @@
 //! - [`catalog`] — the handshake (both revisions), catalog reads, the `list_changed` refresher.
 //! - [`reader`] — the read loop: frames in, answers paired, liveness, exits.
 //! - [`writes`] — the write gate: fingerprinted keys, approvals bound to the call, receipts.
+//! - [`tasks`] — calls that outlive the turn: the device's task, followed past its socket.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -45,10 +46,12 @@ use crate::ws::{Outbound, Outbox};
 mod calls;
 mod catalog;
 mod reader;
+mod tasks;
 mod writes;
 
 pub use calls::ProgressRelay;
 pub use reader::MAX_STRIKES;
+pub use tasks::{cancel as cancel_task, TaskOutcome, TaskRecord, MAX_LIVE_TASKS};
 pub use writes::EdgeLedger;
 
 use calls::{Answer, Late};

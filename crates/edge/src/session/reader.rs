@@ -248,6 +248,10 @@ impl Session {
             self.relay_progress(params);
             return;
         }
+        if method == tether_contract::tasks::method::STATUS {
+            self.task_moved(params);
+            return;
+        }
         if method != method::LIST_CHANGED {
             debug!(session = %self.id, method, "device notification ignored");
             return;

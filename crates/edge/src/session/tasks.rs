@@ -1,0 +1,283 @@
+//! Tasks: calls that outlive the turn.
+//!
+//! A call of a task-capable tool made as a task gets the device's task back
+//! within its leg; the edge then files a [`TaskRecord`] on the hub under a
+//! tether id and follows the device's task with `tasks/result` under the
+//! task's own budget. The record lives on the hub, not the socket: when the
+//! device resumes, the follower asks again on the new socket; when it never
+//! comes back, the task ends `channel_closed`, outcome unknown. Backends
+//! read it with `tasks/get` and `tasks/result` and stop it with
+//! `tasks/cancel`; every status move is published to them.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::info;
+
+use tether_contract::backend::CallResponse;
+use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::mcp::RawCallResult;
+use tether_contract::tasks::{method, DeviceTask, DeviceTaskParams, TaskState, TaskStatus};
+use tether_contract::Leg;
+use tether_counters::fallback;
+use tether_rpc::lock;
+
+use super::calls::RequestError;
+use super::{ms, Session};
+use crate::counters::EdgeCounters;
+use crate::exit::Exit;
+use crate::hub::{BackendEvent, Hub};
+
+/// Most tasks one session may have running at once.
+pub const MAX_LIVE_TASKS: usize = 64;
+
+/// The outcome a finished task answers `tasks/result` with.
+pub type TaskOutcome = Result<CallResponse<RawCallResult>, WireError>;
+
+/// A finished task's outcome, and whether the tool reported a failure in it.
+type Finished = Result<(CallResponse<RawCallResult>, bool), WireError>;
+
+/// One task the edge follows, filed on the hub by tether id.
+#[derive(Debug)]
+pub struct TaskRecord {
+    /// tether's id.
+    pub id: String,
+    /// The session whose device runs it.
+    pub session: String,
+    /// The user who made it: the only one who reads or stops it.
+    pub owner: String,
+    /// The namespaced tool.
+    tool: String,
+    /// The device's own id.
+    device_id: String,
+    created: Instant,
+    ttl: Duration,
+    poll: Duration,
+    state: Mutex<(TaskStatus, Option<String>, Option<TaskOutcome>)>,
+    /// Bumped on every move, so `tasks/result` wakes when it ends.
+    moved: watch::Sender<u64>,
+}
+
+impl TaskRecord {
+    /// The task as backends see it.
+    pub fn state(&self) -> TaskState {
+        let (status, message, _) = &*lock(&self.state);
+        TaskState {
+            task: self.id.clone(),
+            session: self.session.clone(),
+            tool: self.tool.clone(),
+            status: *status,
+            status_message: message.clone(),
+            age_ms: ms(self.created.elapsed()),
+            ttl_ms: ms(self.ttl),
+            poll_interval_ms: ms(self.poll),
+        }
+    }
+
+    fn status(&self) -> TaskStatus {
+        lock(&self.state).0
+    }
+
+    /// Moves a running task to `status` (with the device's line); a final task stays as it is.
+    fn advance(&self, hub: &Hub, status: TaskStatus, message: Option<String>, outcome: Option<TaskOutcome>) {
+        {
+            let mut state = lock(&self.state);
+            if state.0.is_terminal() {
+                return;
+            }
+            *state = (status, message.or(state.1.take()), outcome);
+        }
+        self.moved.send_modify(|n| *n += 1);
+        hub.publish(BackendEvent::TaskStatus(self.state()));
+    }
+
+    /// The outcome once the task is final: waits for it.
+    pub async fn outcome(&self) -> TaskOutcome {
+        let mut moved = self.moved.subscribe();
+        loop {
+            {
+                let state = lock(&self.state);
+                if state.0.is_terminal() {
+                    return match &state.2 {
+                        Some(outcome) => outcome.clone(),
+                        None => Err(WireError::new(
+                            ErrorKind::ClientError,
+                            format!("task {} was cancelled; it has no result", self.id),
+                        )
+                        .with("status", state.0.as_str())),
+                    };
+                }
+            }
+            if moved.changed().await.is_err() {
+                return Err(WireError::new(ErrorKind::Internal, "the task's record went away"));
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Files the task a device answered a call with, starts following it, and
+    /// returns what the call answers: a sentence and the task's state.
+    pub(super) fn begin_task(
+        &self,
+        device: DeviceTask,
+        tool: &str,
+        ttl: Duration,
+        seq: u64,
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
+        let live = self.hub.tasks_of(&self.id).iter().filter(|t| !t.status().is_terminal()).count();
+        if live >= MAX_LIVE_TASKS {
+            // The device runs it, but nobody could follow it: stop it there.
+            stop_on_device(&self.hub, &self.id, &device.task_id);
+            fallback!(self.counters().tasks_refused, warn, session = %self.id, tool, live, "task refused: the session has too many running; device told to cancel it");
+            return Err(WireError::new(
+                ErrorKind::Overloaded,
+                format!("the device already runs {live} tasks for this session; wait for one to end"),
+            )
+            .with("retry_after_ms", 1000));
+        }
+        let ttl = device.ttl.map_or(ttl, |t| ttl.min(Duration::from_millis(t)));
+        let poll =
+            self.hub.config.budgets.task_poll.max(Duration::from_millis(device.poll_interval.unwrap_or(0)));
+        let record = Arc::new(TaskRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            session: self.id.clone(),
+            owner: self.principal.clone(),
+            tool: tool.to_owned(),
+            device_id: device.task_id,
+            created: Instant::now(),
+            ttl,
+            poll,
+            state: Mutex::new((device.status, device.status_message, None)),
+            moved: watch::channel(0).0,
+        });
+        self.hub.file_task(Arc::clone(&record));
+        EdgeCounters::bump(&self.counters().tasks_created);
+        info!(session = %self.id, task = %record.id, tool, ttl_ms = ms(ttl), "call became a task; following it");
+        tokio::spawn(follow(Arc::clone(&self.hub), Arc::clone(&record)));
+        let state = record.state();
+        let raw = serde_json::value::to_raw_value(&state.created_result())
+            .map_err(|e| WireError::new(ErrorKind::Internal, format!("could not encode the task: {e}")))?;
+        let (result, _) = RawCallResult::read(raw).map_err(|e| {
+            WireError::new(ErrorKind::Internal, format!("could not read the task result: {e:?}"))
+        })?;
+        Ok(CallResponse { result, manifest: None, seq, manifest_stale: false, receipt: None })
+    }
+
+    /// A device's `notifications/tasks/status`: the task's new status reaches its followers.
+    pub(super) fn task_moved(&self, params: &serde_json::Value) {
+        let device: Option<DeviceTask> = serde_json::from_value(params.clone()).ok();
+        let record = device
+            .as_ref()
+            .and_then(|d| self.hub.tasks_of(&self.id).into_iter().find(|t| t.device_id == d.task_id));
+        let (Some(device), Some(record)) = (device, record) else {
+            fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, "device task status dropped: malformed, or for no task this edge follows");
+            return;
+        };
+        // The outcome comes with tasks/result; a status says only where it is.
+        let status = if device.status.is_terminal() { TaskStatus::Working } else { device.status };
+        if status != record.status() || device.status_message.is_some() {
+            record.advance(&self.hub, status, device.status_message, None);
+        }
+    }
+}
+
+/// Tells a task's device to stop it (`tasks/cancel`), without holding up the caller.
+fn stop_on_device(hub: &Hub, session: &str, device_id: &str) {
+    let Some(session) = hub.session(session) else { return };
+    let params = DeviceTaskParams { task_id: device_id.to_owned() };
+    let leg = hub.config.budgets.tool_call;
+    tokio::spawn(async move {
+        if let Err(e) = session.request(method::TASKS_CANCEL, params, leg, method::TASKS_CANCEL, false).await
+        {
+            info!(session = %session.id, error = ?e, "device did not confirm the task's cancellation");
+        }
+    });
+}
+
+/// Follows one task to its end: asks its device for the outcome (again on a
+/// new socket after a resume), and keeps the record for its ttl after that.
+async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
+    let deadline = record.created + record.ttl;
+    let outcome = loop {
+        let Some(session) = hub.session(&record.session) else {
+            break Err(lost(&hub, &record, "the session moved to another edge or closed"));
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Err(expired(&hub, &record));
+        }
+        let params = DeviceTaskParams { task_id: record.device_id.clone() };
+        // Keyed: it waits out a detach, and ends Resumed when the device comes back.
+        match session.request(method::TASKS_RESULT, params, left, &record.tool, true).await {
+            Ok((raw, _)) => break read_outcome(&session, raw),
+            Err(RequestError::Closed(reason)) if reason == Exit::Resumed.as_str() => {
+                info!(session = %record.session, task = %record.id, "task's device resumed; asking for its outcome on the new socket");
+            }
+            Err(RequestError::Closed(reason)) => break Err(lost(&hub, &record, &reason)),
+            Err(RequestError::Timeout { .. }) => break Err(expired(&hub, &record)),
+            Err(e) => break Err(session.request_error(e, Leg::Task, record.ttl)),
+        }
+    };
+    let status = match &outcome {
+        Ok((_, false)) => TaskStatus::Completed,
+        Ok((_, true)) | Err(_) => TaskStatus::Failed,
+    };
+    let outcome = outcome.map(|(response, _)| response);
+    if !record.status().is_terminal() {
+        let c = hub.counters();
+        EdgeCounters::bump(if status == TaskStatus::Completed {
+            &c.tasks_completed
+        } else {
+            &c.tasks_failed
+        });
+    }
+    record.advance(&hub, status, None, Some(outcome));
+    // The outcome stays readable for the rest of the task's life.
+    tokio::time::sleep_until(deadline).await;
+    hub.forget_task(&record.id);
+}
+
+/// The device's `tasks/result`: the call's result, as an inline call would have had it.
+fn read_outcome(session: &Session, raw: Box<RawValue>) -> Finished {
+    let (result, stamps) = RawCallResult::read(raw).map_err(|e| {
+        WireError::new(ErrorKind::ClientError, format!("device sent a malformed task result: {e:?}"))
+    })?;
+    let seq = session.manifest().map_or(0, |m| m.seq);
+    Ok((CallResponse { result, manifest: None, seq, manifest_stale: false, receipt: None }, stamps.is_error))
+}
+
+/// The task's device went away for good: nobody can say what it did.
+fn lost(hub: &Hub, record: &TaskRecord, reason: &str) -> WireError {
+    fallback!(hub.counters().tasks_lost, info, session = %record.session, task = %record.id, reason, "task ended without an outcome: its device is gone");
+    WireError::channel_closed(reason).with("task", record.id.as_str()).with("outcome", "unknown")
+}
+
+/// The task ran out of its time to live: stopped on the device.
+fn expired(hub: &Hub, record: &TaskRecord) -> WireError {
+    stop_on_device(hub, &record.session, &record.device_id);
+    fallback!(hub.counters().tasks_lost, info, session = %record.session, task = %record.id, ttl_ms = ms(record.ttl), "task ran out of its ttl; device told to cancel it");
+    WireError::timeout(Leg::Task, ms(record.ttl)).with("task", record.id.as_str()).with("outcome", "unknown")
+}
+
+/// Stops a task: the device is told, the task ends cancelled (for good).
+pub fn cancel(hub: &Hub, record: &TaskRecord) -> Result<TaskState, WireError> {
+    if record.status().is_terminal() {
+        return Err(WireError::new(
+            ErrorKind::InvalidParams,
+            format!(
+                "task {} already ended ({}); there is nothing to cancel",
+                record.id,
+                record.status().as_str()
+            ),
+        ));
+    }
+    stop_on_device(hub, &record.session, &record.device_id);
+    EdgeCounters::bump(&hub.counters().tasks_cancelled);
+    info!(session = %record.session, task = %record.id, "task cancelled by its caller; device told");
+    record.advance(hub, TaskStatus::Cancelled, None, None);
+    Ok(record.state())
+}
