@@ -31,6 +31,13 @@ use crate::counters::EdgeCounters;
 use crate::exit::Exit;
 use crate::hub::{BackendEvent, Hub};
 
+/// Longest status line relayed, in characters: a status, not a payload.
+const STATUS_MESSAGE_CHARS: usize = 256;
+
+fn cut(message: Option<String>) -> Option<String> {
+    message.map(|m| m.chars().take(STATUS_MESSAGE_CHARS).collect())
+}
+
 /// Most tasks one session may have running at once.
 pub const MAX_LIVE_TASKS: usize = 64;
 
@@ -151,7 +158,7 @@ impl Session {
             created: Instant::now(),
             ttl,
             poll,
-            state: Mutex::new((device.status, device.status_message, None)),
+            state: Mutex::new((device.status, cut(device.status_message), None)),
             moved: watch::channel(0).0,
         });
         self.hub.file_task(Arc::clone(&record));
@@ -180,7 +187,7 @@ impl Session {
         // The outcome comes with tasks/result; a status says only where it is.
         let status = if device.status.is_terminal() { TaskStatus::Working } else { device.status };
         if status != record.status() || device.status_message.is_some() {
-            record.advance(&self.hub, status, device.status_message, None);
+            record.advance(&self.hub, status, cut(device.status_message), None);
         }
     }
 }
