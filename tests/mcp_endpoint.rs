@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use common::{test_config, wait_until, LiveEdge};
 use tether_edge::{Edge, EdgeConfig};
 use tether_gateway::{Gateway, GatewayConfig};
-use tether_harness::device::tool;
+use tether_harness::device::{task_tool, tool};
 use tether_harness::{Behavior, DeviceSpec, SimDevice, SimHandle};
 
 /// An edge serving `/mcp` on its own port, as `tether serve` does.
@@ -36,9 +36,10 @@ impl McpEdge {
 
     async fn start_with(config: EdgeConfig) -> McpEdge {
         let issuer = config.identity.as_ref().and_then(|idp| idp.issuer.clone());
+        let budgets = config.budgets;
         let edge = Edge::bind(config).await.unwrap();
         let addr = edge.local_addr().unwrap();
-        let gateway_config = GatewayConfig { issuer, ..GatewayConfig::default() };
+        let gateway_config = GatewayConfig { issuer, budgets, ..GatewayConfig::default() };
         let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), gateway_config).await;
         let edge =
             edge.mount(gateway.router(), |r| r.extensions().get::<tether_gateway::Authenticated>().is_some());
@@ -539,4 +540,33 @@ async fn a_destructive_call_is_approved_by_the_mcp_clients_user_or_explained() {
     let counters = &mcp.gateway.metrics().counters;
     assert_eq!(counters.get("approvals_elicited"), 2);
     assert_eq!(counters.get("approvals_not_elicited"), 1);
+}
+
+/// A long-running device tool reached over `/mcp`: the gateway asks for a
+/// task and follows it, so a short one answers its result, and one still
+/// running after `task_wait` hands the model its id and how to wait again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_tool_is_followed_as_a_task_and_handed_off_when_it_outlasts_the_wait() {
+    let mut config = test_config();
+    config.budgets.task_wait = Duration::from_millis(1_500);
+    let mcp = McpEdge::start_with(config).await;
+    let spec = DeviceSpec::minimal(vec![task_tool("scan"), task_tool("survey")])
+        .with("scan", Behavior::Task { after: Duration::from_millis(300) })
+        .with("survey", Behavior::Task { after: Duration::from_secs(30) });
+    let (_device, _) = mcp.device("mira", spec).await;
+    let mira = common::user("mira");
+    let sdk = Sdk::PythonHandshake;
+
+    let seen = sdk.observe("call", &mcp.mcp, &mira, &["client__scan", "{}"]).await;
+    assert_eq!(seen["isError"], json!(false), "{seen}");
+    let text = seen["text"].as_str().unwrap();
+    assert!(!text.contains("task"), "the task's own result, not a sentence about it: {seen}");
+
+    let seen = sdk.observe("call", &mcp.mcp, &mira, &["client__survey", "{}"]).await;
+    let text = seen["text"].as_str().unwrap();
+    assert!(text.contains("still running") && text.contains("tether.dev/task"), "{seen}");
+    assert!(seen["ms"].as_u64().unwrap() < 5_000, "handed off at the wait, not the task's end: {seen}");
+    let counters = mcp.gateway.metrics();
+    assert_eq!(counters.get("tasks_followed"), 2);
+    assert_eq!(counters.get("tasks_handed_off"), 1);
 }

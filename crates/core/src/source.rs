@@ -61,6 +61,8 @@ pub struct CallContext<'a> {
     pub approval: Option<&'a str>,
     /// The caller's profile needs an approval for this call.
     pub approval_required: bool,
+    /// The caller can follow a task: a long-running tool may answer one.
+    pub task: Option<tether_contract::tasks::TaskMetadata>,
 }
 
 impl CallContext<'_> {

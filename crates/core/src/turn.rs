@@ -97,7 +97,7 @@ impl ToolSource for ClientSource<'_> {
                     approval: ctx.approval.map(str::to_owned),
                     approval_required: ctx.approval_required,
                     redelivered: false,
-                    task: None,
+                    task: ctx.task,
                 },
             };
             let response = match ctx.progress {
@@ -126,6 +126,9 @@ pub struct CallOptions {
     /// The approval the user gave for exactly this call (the id an
     /// `approval_required` error carried, decided with [`Turn::decide`]).
     pub approval: Option<String>,
+    /// Run a long-running tool as a task: the call answers its task at once
+    /// (followed with [`crate::BackendLink::task_result`]).
+    pub task: Option<tether_contract::tasks::TaskMetadata>,
 }
 
 /// Where a callable name goes.
@@ -433,7 +436,7 @@ impl<'a> Turn<'a> {
         arguments: Value,
         options: CallOptions,
     ) -> Result<CallToolResult, WireError> {
-        let CallOptions { idempotency_key, progress, approval } = options;
+        let CallOptions { idempotency_key, progress, approval, task } = options;
         if name == FIND_TOOLS && self.profile.binding == Binding::Discovery {
             return Ok(self.find_tools(&arguments));
         }
@@ -449,6 +452,7 @@ impl<'a> Turn<'a> {
             progress: progress.as_ref(),
             approval: approval.as_deref(),
             approval_required: needs_approval,
+            task,
         };
         let outcome = match &gate.route {
             // The link enforces the budget itself, and cleans up its pending entry on expiry.

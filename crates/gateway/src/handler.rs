@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use tether_counters::fallback;
 
 use tether_contract::mcp::ToolDeclaration;
+use tether_contract::tasks::{TaskMetadata, TaskParams, TaskState};
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, CallOptions, Turn};
 
@@ -208,8 +209,15 @@ impl McpServer {
                 debug!(session = %device.session, approval = %id, error = %e, "presented approval not decided here");
             }
         }
-        let options = CallOptions { idempotency_key: None, progress, approval: presented };
-        let mut outcome = turn.call_with(&namespaced, arguments.clone(), options).await;
+        // A long-running tool runs as a task, which the gateway follows for its client;
+        // a client presenting a task it was handed waits for that task again.
+        let task = TaskMetadata { ttl: None };
+        let options = CallOptions { idempotency_key: None, progress, approval: presented, task: Some(task) };
+        let handed = ctx.meta.get(tether_contract::tasks::meta::TASK).and_then(Value::as_str);
+        let mut outcome = match handed {
+            Some(id) => self.follow_task(scope, &device, id).await,
+            None => turn.call_with(&namespaced, arguments.clone(), options).await,
+        };
         if let Some(id) = outcome.as_ref().err().and_then(approval::asked_of_caller).map(str::to_owned) {
             let counters = &shared.metrics.counters;
             if let Some(answer) = approval::elicit(ctx, counters, &device, &namespaced, &arguments).await {
@@ -224,6 +232,10 @@ impl McpServer {
                     Err(e) => Err(e),
                 };
             }
+        }
+        if let Some(task) = outcome.as_ref().ok().and_then(|r| TaskState::in_result(r.meta.as_ref())) {
+            GatewayCounters::bump(&shared.metrics.counters.tasks_followed);
+            outcome = self.follow_task(scope, &device, &task.task).await;
         }
         // Progress sent before the result goes out before it: once the call is
         // over its sender is gone, so the relay drains and ends; what it cannot
@@ -257,6 +269,45 @@ impl McpServer {
                 }
                 is_error(&err)
             }
+        }
+    }
+
+    /// Waits up to `task_wait` for a task's outcome; a task still running
+    /// then is handed to the model as its id and how to wait again.
+    async fn follow_task(
+        &self,
+        scope: &Scope,
+        device: &Device,
+        task: &str,
+    ) -> Result<tether_contract::mcp::CallToolResult, WireError> {
+        let wait = self.shared.config.budgets.task_wait;
+        let params = TaskParams {
+            session: device.session.clone(),
+            task: task.to_owned(),
+            meta: tether_contract::backend::ReadMeta { credential: Some(scope.token.clone()) },
+        };
+        match self.shared.link.task_result(&params, wait).await {
+            Ok(response) => Ok(response.result),
+            // Core stopped waiting (the edge's own expiry names the task): it still runs.
+            Err(e) if e.kind == ErrorKind::Timeout && !e.details.contains_key("task") => {
+                fallback!(self.shared.metrics.counters.tasks_handed_off, info, session = %device.session, task, wait_ms = wait.as_millis() as u64, "task still running after the client's wait; the model gets its id");
+                let text = format!(
+                    "This call started task {task} on the device, and after {} s it is still running: its \
+                     outcome is not known yet, so do not assume it succeeded or failed. To wait for it again, \
+                     repeat this call with _meta[\"{}\"] = \"{task}\".",
+                    wait.as_secs(),
+                    tether_contract::tasks::meta::TASK
+                );
+                let mut meta = serde_json::Map::new();
+                meta.insert(tether_contract::tasks::meta::TASK.into(), Value::from(task));
+                Ok(tether_contract::mcp::CallToolResult {
+                    content: vec![serde_json::json!({"type": "text", "text": text})],
+                    structured_content: None,
+                    is_error: false,
+                    meta: Some(meta),
+                })
+            }
+            Err(e) => Err(e),
         }
     }
 

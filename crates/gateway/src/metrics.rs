@@ -21,6 +21,8 @@ tether_counters::counters! {
         list_changed_sent,
         /// Approvals asked of the MCP client's user with `elicitation/create`.
         approvals_elicited,
+        /// Calls that became tasks on their device, followed by the gateway for its client.
+        tasks_followed,
     }
     fallbacks {
         /// Requests refused with 401: no bearer token, or one the edge refused.
@@ -37,6 +39,8 @@ tether_counters::counters! {
         foreign_tokens_ignored,
         /// Approvals that could not be asked of the MCP client's user (no form elicitation, a 2026-07-28 session, or no answer): the model got the `approval_required` sentence instead.
         approvals_not_elicited,
+        /// Tasks still running when the client's call had waited `task_wait_ms`: the model got the task id and how to wait again.
+        tasks_handed_off,
     }
 }
 

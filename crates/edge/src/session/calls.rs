@@ -264,26 +264,25 @@ impl Session {
         let Some(declaration) = applied.tools().iter().find(|t| t.name == params.name) else {
             return Err(WireError::new(ErrorKind::Internal, "a listed tool has no declaration"));
         };
-        let task = self.task_ttl(params, declaration.task_support())?;
+        let task = self.task_ttl(params, declaration.task_support());
         let call = Gated { params, original: &original, declaration, leg };
         let deliver = self.deliver(params, &original, progress, &applied, leg, task);
         self.gated_write(call, deliver).await
     }
 
     /// Whether a call runs as a task, and for how long: when its tool needs
-    /// one, or allows one and the caller asked (its ttl cut to the edge's).
-    fn task_ttl(&self, params: &CallParams, support: TaskSupport) -> Result<Option<Duration>, WireError> {
+    /// one, or allows one and the caller can follow it (its ttl cut to the
+    /// edge's). A caller's `tether.dev/task` says it *can* follow a task, as
+    /// the 2026-07-28 tasks extension has a client declare it: a tool that
+    /// never runs as one is called inline.
+    fn task_ttl(&self, params: &CallParams, support: TaskSupport) -> Option<Duration> {
         let budget = self.hub.config.budgets.task;
         let asked =
             params.meta.task.map(|t| t.ttl.map_or(budget, |ms| Duration::from_millis(ms).min(budget)));
         match support {
-            TaskSupport::Required => Ok(Some(asked.unwrap_or(budget))),
-            TaskSupport::Optional => Ok(asked),
-            TaskSupport::Forbidden if asked.is_some() => Err(WireError::new(
-                ErrorKind::InvalidParams,
-                format!("{} does not run as a task; call it without tether.dev/task", params.name),
-            )),
-            TaskSupport::Forbidden => Ok(None),
+            TaskSupport::Required => Some(asked.unwrap_or(budget)),
+            TaskSupport::Optional => asked,
+            TaskSupport::Forbidden => None,
         }
     }
 
