@@ -570,3 +570,90 @@ async fn a_long_running_tool_is_followed_as_a_task_and_handed_off_when_it_outlas
     assert_eq!(counters.get("tasks_followed"), 2);
     assert_eq!(counters.get("tasks_handed_off"), 1);
 }
+
+/// An rmcp client that declared the 2026-07-28 tasks extension, over `/mcp` with `token`.
+async fn tasks_client(
+    url: &str,
+    token: &str,
+) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned());
+    let info = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("t", "1"),
+    );
+    info.serve(StreamableHttpClientTransport::from_config(config)).await.unwrap()
+}
+
+/// Polls `tasks/get` (at the task's poll interval, bounded) until the task is final.
+async fn settled(client: &rmcp::Peer<rmcp::RoleClient>, id: &str) -> rmcp::model::DetailedTask {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = client.get_task(rmcp::model::GetTaskParams::new(id.to_owned())).await.unwrap();
+        if got.task.status().is_terminal() {
+            return got.task;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "task {id} still {:?} after 20 s", got.task.status());
+        tokio::time::sleep(Duration::from_millis(got.task.task.poll_interval_ms.unwrap_or(100))).await;
+    }
+}
+
+/// A client of the tasks extension gets the task itself, reads its outcome
+/// with `tasks/get` (the result the call would have given inline), and stops
+/// one with `tasks/cancel`, which reaches the device; nobody else reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_extension_client_gets_the_task_and_follows_it_with_get_and_cancel() {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, TaskPayload, TaskStatus,
+    };
+    let mut config = test_config();
+    config.budgets.task_poll = Duration::from_millis(50);
+    let mcp = McpEdge::start_with(config).await;
+    let spec = DeviceSpec::minimal(vec![task_tool("scan"), task_tool("survey")])
+        .with("scan", Behavior::Task { after: Duration::from_millis(300) })
+        .with("survey", Behavior::Task { after: Duration::from_secs(30) });
+    let (device, session) = mcp.device("mira", spec).await;
+    let client = tasks_client(&mcp.mcp, &common::user("mira")).await;
+
+    let started = tokio::time::Instant::now();
+    let CallToolResponse::Task(made) =
+        client.call_tool_once(CallToolRequestParams::new("client__scan")).await.unwrap()
+    else {
+        panic!("a tasks client gets the task")
+    };
+    assert!(started.elapsed() < Duration::from_millis(300), "answered before the work ended");
+    let id = made.task.task_id.clone();
+    assert!(id.ends_with(&format!("@{session}")), "{id}");
+    assert_eq!(made.task.status, TaskStatus::Working);
+    let done = settled(client.peer(), &id).await;
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_ne!(result.get("isError"), Some(&json!(true)), "{result:?}");
+    assert_eq!(
+        result["_meta"][tether_contract::tasks::meta::RELATED_TASK]["taskId"],
+        json!(id),
+        "{result:?}"
+    );
+    assert!(
+        !result["content"][0]["text"].as_str().unwrap().contains("task"),
+        "the device's own result: {result:?}"
+    );
+
+    let CallToolResponse::Task(long) =
+        client.call_tool_once(CallToolRequestParams::new("client__survey")).await.unwrap()
+    else {
+        panic!("a tasks client gets the task")
+    };
+    let long = long.task.task_id;
+    // Another user, or an id this server never made, reads nothing.
+    let noor = tasks_client(&mcp.mcp, &common::user("noor")).await;
+    assert!(noor.get_task(GetTaskParams::new(long.clone())).await.is_err(), "noor reads mira's task");
+    assert!(client.get_task(GetTaskParams::new("forged")).await.is_err());
+    client.cancel_task(CancelTaskParams::new(long.clone())).await.unwrap();
+    assert_eq!(settled(client.peer(), &long).await.status(), TaskStatus::Cancelled);
+    wait_until(|| device.observed.task_cancels().len() == 1).await;
+    assert_eq!(mcp.gateway.metrics().get("tasks_returned"), 2);
+}

@@ -161,6 +161,9 @@ pub struct TaskState {
     pub status_message: Option<String>,
     /// Milliseconds since its creation (the edge's clock; no wall time crosses edges).
     pub age_ms: u64,
+    /// Milliseconds since it last moved (its status or line changed).
+    #[serde(default)]
+    pub idle_ms: u64,
     /// How long it lives from creation, in ms.
     pub ttl_ms: u64,
     /// How often to look again, in ms.
@@ -229,6 +232,7 @@ mod tests {
             status: TaskStatus::Working,
             status_message: None,
             age_ms: 0,
+            idle_ms: 0,
             ttl_ms: 600_000,
             poll_interval_ms: 1_000,
         };

@@ -13,9 +13,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, ErrorCode,
-    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, DiscoverResult,
+    ErrorCode, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SubscriptionFilter, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
@@ -26,7 +27,7 @@ use tracing::{debug, info, warn};
 use tether_counters::fallback;
 
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::tasks::{TaskMetadata, TaskParams, TaskState};
+use tether_contract::tasks::{TaskMetadata, TaskState};
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, CallOptions, Turn};
 
@@ -34,6 +35,7 @@ use crate::approval;
 use crate::auth::Scope;
 use crate::devices::{self, Device, Target};
 use crate::metrics::GatewayCounters;
+use crate::tasks;
 use crate::watch::{self, Credential};
 use crate::Shared;
 
@@ -166,7 +168,7 @@ impl McpServer {
         scope: &Scope,
         request: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let devices = devices::devices(&scope.sessions);
         let several = devices.len() > 1;
         let (device, namespaced) = match devices::resolve(&request.name, &devices) {
@@ -175,7 +177,7 @@ impl McpServer {
             }
             Target::Bare(name) => match self.offering(scope, &devices, &name).await {
                 Ok(device) => (Some(device), name),
-                Err(err) => return is_error(&err),
+                Err(err) => return is_error(&err).into(),
             },
             Target::Unknown => (None, request.name.to_string()),
         };
@@ -186,7 +188,8 @@ impl McpServer {
                 &reads,
                 several,
                 format!("no tool {} on the user's devices", request.name),
-            ));
+            ))
+            .into();
         };
         let shared = &self.shared;
         let mut turn = self.turn(scope, &device).await;
@@ -215,7 +218,7 @@ impl McpServer {
         let options = CallOptions { idempotency_key: None, progress, approval: presented, task: Some(task) };
         let handed = ctx.meta.get(tether_contract::tasks::meta::TASK).and_then(Value::as_str);
         let mut outcome = match handed {
-            Some(id) => self.follow_task(scope, &device, id).await,
+            Some(id) => tasks::follow(shared, scope, &device.session, id).await,
             None => turn.call_with(&namespaced, arguments.clone(), options).await,
         };
         if let Some(id) = outcome.as_ref().err().and_then(approval::asked_of_caller).map(str::to_owned) {
@@ -233,9 +236,15 @@ impl McpServer {
                 };
             }
         }
-        if let Some(task) = outcome.as_ref().ok().and_then(|r| TaskState::in_result(r.meta.as_ref())) {
-            GatewayCounters::bump(&shared.metrics.counters.tasks_followed);
-            outcome = self.follow_task(scope, &device, &task.task).await;
+        let made = outcome.as_ref().ok().and_then(|r| TaskState::in_result(r.meta.as_ref()));
+        let mut returned = None;
+        if let Some(task) = made {
+            if tasks::client_speaks_tasks(ctx) {
+                returned = Some(tasks::created(shared, &task));
+            } else {
+                GatewayCounters::bump(&shared.metrics.counters.tasks_followed);
+                outcome = tasks::follow(shared, scope, &device.session, &task.task).await;
+            }
         }
         // Progress sent before the result goes out before it: once the call is
         // over its sender is gone, so the relay drains and ends; what it cannot
@@ -247,67 +256,15 @@ impl McpServer {
                 debug!(session = %device.session, "progress still relaying at the result; the rest is dropped");
             }
         }
-        let label = outcome.as_ref().map_or_else(|e| e.kind.as_str().to_owned(), |_| "ok".to_owned());
-        shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
-        match outcome {
-            Ok(result) => {
-                match serde_json::to_value(&result).and_then(serde_json::from_value::<CallToolResult>) {
-                    Ok(mut result) => {
-                        // The device's result, complete (2026-07-28 says so explicitly).
-                        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
-                        result
-                    }
-                    Err(e) => is_error(&WireError::new(
-                        ErrorKind::Internal,
-                        format!("result could not be relayed: {e}"),
-                    )),
-                }
-            }
-            Err(mut err) => {
-                if several {
-                    relabel_available(&mut err, &device);
-                }
-                is_error(&err)
-            }
-        }
-    }
-
-    /// Waits up to `task_wait` for a task's outcome; a task still running
-    /// then is handed to the model as its id and how to wait again.
-    async fn follow_task(
-        &self,
-        scope: &Scope,
-        device: &Device,
-        task: &str,
-    ) -> Result<tether_contract::mcp::CallToolResult, WireError> {
-        let wait = self.shared.config.budgets.task_wait;
-        let params = TaskParams {
-            session: device.session.clone(),
-            task: task.to_owned(),
-            meta: tether_contract::backend::ReadMeta { credential: Some(scope.token.clone()) },
+        let label = match (&returned, &outcome) {
+            (Some(_), _) => "task".to_owned(),
+            (None, Ok(_)) => "ok".to_owned(),
+            (None, Err(e)) => e.kind.as_str().to_owned(),
         };
-        match self.shared.link.task_result(&params, wait).await {
-            Ok(response) => Ok(response.result),
-            // Core stopped waiting (the edge's own expiry names the task): it still runs.
-            Err(e) if e.kind == ErrorKind::Timeout && !e.details.contains_key("task") => {
-                fallback!(self.shared.metrics.counters.tasks_handed_off, info, session = %device.session, task, wait_ms = wait.as_millis() as u64, "task still running after the client's wait; the model gets its id");
-                let text = format!(
-                    "This call started task {task} on the device, and after {} s it is still running: its \
-                     outcome is not known yet, so do not assume it succeeded or failed. To wait for it again, \
-                     repeat this call with _meta[\"{}\"] = \"{task}\".",
-                    wait.as_secs(),
-                    tether_contract::tasks::meta::TASK
-                );
-                let mut meta = serde_json::Map::new();
-                meta.insert(tether_contract::tasks::meta::TASK.into(), Value::from(task));
-                Ok(tether_contract::mcp::CallToolResult {
-                    content: vec![serde_json::json!({"type": "text", "text": text})],
-                    structured_content: None,
-                    is_error: false,
-                    meta: Some(meta),
-                })
-            }
-            Err(e) => Err(e),
+        shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
+        match returned {
+            Some(task) => task.into(),
+            None => to_mcp(outcome, several.then_some(&device)).into(),
         }
     }
 
@@ -354,6 +311,35 @@ async fn relay_progress(
     }
 }
 
+/// A call's outcome as the MCP result the client gets: the device's result,
+/// or core's sentence as `isError` (names relabelled when several devices are listed).
+fn to_mcp(
+    outcome: Result<tether_contract::mcp::CallToolResult, WireError>,
+    relabel: Option<&Device>,
+) -> CallToolResult {
+    match outcome {
+        Ok(result) => {
+            match serde_json::to_value(&result).and_then(serde_json::from_value::<CallToolResult>) {
+                Ok(mut result) => {
+                    // The device's result, complete (2026-07-28 says so explicitly).
+                    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                    result
+                }
+                Err(e) => is_error(&WireError::new(
+                    ErrorKind::Internal,
+                    format!("result could not be relayed: {e}"),
+                )),
+            }
+        }
+        Err(mut err) => {
+            if let Some(device) = relabel {
+                relabel_available(&mut err, device);
+            }
+            is_error(&err)
+        }
+    }
+}
+
 /// `tool_unavailable` listing every tool callable now, under its listed name.
 fn unavailable(devices: &[Device], reads: &[Read], several: bool, message: String) -> WireError {
     let available: Vec<String> = devices
@@ -377,7 +363,10 @@ fn relabel_available(err: &mut WireError, device: &Device) {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        // Tasks: the 2026-07-28 extension, for clients that declare it too.
+        let capabilities =
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_tasks();
+        ServerConfig::new(capabilities.build())
             .with_server_info(Implementation::new("tether", env!("CARGO_PKG_VERSION")))
     }
 
@@ -439,7 +428,7 @@ impl ServerHandler for McpServer {
         // A cancel at any point (resolving the name, the turn start, the call)
         // drops the call, which tells the device to stop if it had started.
         tokio::select! {
-            result = self.call(&scope, request, &ctx) => Ok(result.into()),
+            result = self.call(&scope, request, &ctx) => Ok(result),
             () = ctx.ct.cancelled() => {
                 let metrics = &self.shared.metrics;
                 GatewayCounters::bump(&metrics.counters.calls_cancelled);
@@ -449,6 +438,28 @@ impl ServerHandler for McpServer {
                 Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled by the client", None))
             }
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let scope = self.scope(&ctx)?;
+        let as_result = |outcome| match serde_json::to_value(to_mcp(outcome, None)) {
+            Ok(Value::Object(result)) => result,
+            _ => JsonObject::new(),
+        };
+        tasks::get(&self.shared, &scope, &request.task_id, as_result).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.scope(&ctx)?;
+        tasks::cancel(&self.shared, &scope, &request.task_id).await
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {

@@ -21,6 +21,7 @@ pub mod auth;
 pub mod devices;
 mod handler;
 pub mod metrics;
+mod tasks;
 mod watch;
 
 use std::sync::Arc;

@@ -23,6 +23,8 @@ tether_counters::counters! {
         approvals_elicited,
         /// Calls that became tasks on their device, followed by the gateway for its client.
         tasks_followed,
+        /// Calls that became tasks, returned as tasks to clients of the 2026-07-28 tasks extension.
+        tasks_returned,
     }
     fallbacks {
         /// Requests refused with 401: no bearer token, or one the edge refused.

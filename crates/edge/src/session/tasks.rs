@@ -47,6 +47,15 @@ pub type TaskOutcome = Result<CallResponse<RawCallResult>, WireError>;
 /// A finished task's outcome, and whether the tool reported a failure in it.
 type Finished = Result<(CallResponse<RawCallResult>, bool), WireError>;
 
+/// Where a task is, what the device last said, its outcome once final, and when it last moved.
+#[derive(Debug)]
+struct Moves {
+    status: TaskStatus,
+    message: Option<String>,
+    outcome: Option<TaskOutcome>,
+    at: Instant,
+}
+
 /// One task the edge follows, filed on the hub by tether id.
 #[derive(Debug)]
 pub struct TaskRecord {
@@ -63,7 +72,7 @@ pub struct TaskRecord {
     created: Instant,
     ttl: Duration,
     poll: Duration,
-    state: Mutex<(TaskStatus, Option<String>, Option<TaskOutcome>)>,
+    state: Mutex<Moves>,
     /// Bumped on every move, so `tasks/result` wakes when it ends.
     moved: watch::Sender<u64>,
 }
@@ -71,31 +80,33 @@ pub struct TaskRecord {
 impl TaskRecord {
     /// The task as backends see it.
     pub fn state(&self) -> TaskState {
-        let (status, message, _) = &*lock(&self.state);
+        let moves = lock(&self.state);
         TaskState {
             task: self.id.clone(),
             session: self.session.clone(),
             tool: self.tool.clone(),
-            status: *status,
-            status_message: message.clone(),
+            status: moves.status,
+            status_message: moves.message.clone(),
             age_ms: ms(self.created.elapsed()),
+            idle_ms: ms(moves.at.elapsed()),
             ttl_ms: ms(self.ttl),
             poll_interval_ms: ms(self.poll),
         }
     }
 
     fn status(&self) -> TaskStatus {
-        lock(&self.state).0
+        lock(&self.state).status
     }
 
     /// Moves a running task to `status` (with the device's line); a final task stays as it is.
     fn advance(&self, hub: &Hub, status: TaskStatus, message: Option<String>, outcome: Option<TaskOutcome>) {
         {
-            let mut state = lock(&self.state);
-            if state.0.is_terminal() {
+            let mut moves = lock(&self.state);
+            if moves.status.is_terminal() {
                 return;
             }
-            *state = (status, message.or(state.1.take()), outcome);
+            let message = message.or(moves.message.take());
+            *moves = Moves { status, message, outcome, at: Instant::now() };
         }
         self.moved.send_modify(|n| *n += 1);
         hub.publish(BackendEvent::TaskStatus(self.state()));
@@ -106,15 +117,15 @@ impl TaskRecord {
         let mut moved = self.moved.subscribe();
         loop {
             {
-                let state = lock(&self.state);
-                if state.0.is_terminal() {
-                    return match &state.2 {
+                let moves = lock(&self.state);
+                if moves.status.is_terminal() {
+                    return match &moves.outcome {
                         Some(outcome) => outcome.clone(),
                         None => Err(WireError::new(
                             ErrorKind::ClientError,
                             format!("task {} was cancelled; it has no result", self.id),
                         )
-                        .with("status", state.0.as_str())),
+                        .with("status", moves.status.as_str())),
                     };
                 }
             }
@@ -158,7 +169,12 @@ impl Session {
             created: Instant::now(),
             ttl,
             poll,
-            state: Mutex::new((device.status, cut(device.status_message), None)),
+            state: Mutex::new(Moves {
+                status: device.status,
+                message: cut(device.status_message),
+                outcome: None,
+                at: Instant::now(),
+            }),
             moved: watch::channel(0).0,
         });
         self.hub.file_task(Arc::clone(&record));
