@@ -91,6 +91,9 @@ async fn a_task_answers_within_the_leg_reports_its_status_and_ends_past_the_per_
     assert_eq!(task.ttl_ms, 600_000, "the edge's task budget");
     let sent = &dev.observed.calls()[0];
     assert_eq!(sent.name, "scan");
+    // The status the device sent right behind its answer is not lost to the race with filing the task.
+    let now = link.task(&about(&session, &task, "mira"), BUDGET).await.unwrap();
+    assert_eq!(now.status_message.as_deref(), Some("started"));
 
     // Halfway, the device says so, and every backend hears it.
     tokio::time::advance(Duration::from_secs(16)).await;

@@ -81,7 +81,7 @@ pub enum Behavior {
     /// Draw one of the above per call from a shared, seeded mix.
     Mixed(Arc<FaultMix>),
     /// A long-running tool (MCP tasks, 2025-11-25): called with `task`, it
-    /// answers its task at once, says "halfway" half way through
+    /// answers its task at once, says "started" right behind that and "halfway" half way through
     /// (`notifications/tasks/status`) and finishes `after` later (`tasks/result`); called without, it answers
     /// inline after `after`. Declare the tool with [`task_tool`].
     Task {
@@ -89,6 +89,10 @@ pub enum Behavior {
         after: Duration,
     },
 }
+
+/// How long the simulated customer takes to sign: longer than a blocking
+/// `/mcp` call waits for a task when its wait is configured short.
+pub const SIGNING: Duration = Duration::from_millis(2500);
 
 /// A task the simulated device runs; it outlives the socket (a resume).
 #[derive(Debug, Clone)]
@@ -164,7 +168,8 @@ impl DeviceSpec {
 
     /// The field-service device as `tether sim-device` runs it: opening a work
     /// order navigates the app to that order's screen, which adds
-    /// `addWorkNote` (a manifest swap mid-turn, as a real app makes).
+    /// `addWorkNote` (a manifest swap mid-turn, as a real app makes) and
+    /// `collectSignature`, which waits for the customer and so runs as a task.
     pub fn fieldkit_app() -> DeviceSpec {
         let spec = DeviceSpec::fieldkit();
         let mut on_order = spec.tools.clone();
@@ -184,7 +189,23 @@ impl DeviceSpec {
             annotations: None,
             execution: None,
         });
+        let execution = tether_contract::tasks::ToolExecution {
+            task_support: Some(tether_contract::tasks::TaskSupport::Required),
+        };
+        on_order.push(ToolDeclaration {
+            name: "collectSignature".to_owned(),
+            title: Some("Collect the customer's signature".to_owned()),
+            description: Some(
+                "Hands the device to the customer to sign off the open work order; waits until they have signed."
+                    .to_owned(),
+            ),
+            input_schema: json!({"type": "object", "additionalProperties": false}),
+            output_schema: None,
+            annotations: None,
+            execution: Some(execution),
+        });
         spec.with("openWorkOrder", Behavior::Navigate { tools: on_order })
+            .with("collectSignature", Behavior::Task { after: SIGNING })
     }
 
     /// A device with just these tools, seq 1, honest answers.
@@ -790,6 +811,10 @@ async fn handle_request(
                     let task = SimTask { done_at, result, cancelled: watch::channel(false).0 };
                     lock(&state.spec.tasks).insert(task_id.clone(), task);
                     let _ = out.send(reply(json!({"task": task_json(&task_id, "working")}))).await;
+                    // Right behind the answer, where it starts, as a real device says it.
+                    let mut started = task_json(&task_id, "working");
+                    started["statusMessage"] = Value::from("started");
+                    let _ = out.send(Message::text(jsonrpc::notification(TASK_STATUS, &started))).await;
                     // Halfway, a status line (lost if the socket is gone by then, as on a real device).
                     let mut status = task_json(&task_id, "working");
                     status["statusMessage"] = Value::from("halfway");

@@ -317,6 +317,8 @@ impl Session {
             meta: &call_meta,
             task: task.map(|ttl| TaskMetadata { ttl: Some(ms(ttl)) }),
         };
+        // While it is in flight, a status the device sends right behind its task is held for it.
+        let _asking = task.map(|_| self.asking_task());
         let started = Instant::now();
         let keyed = params.meta.idempotency_key.is_some();
         let outcome = self.request(method::TOOLS_CALL, device_params, leg, original, keyed).await;

@@ -149,6 +149,8 @@ pub struct Session {
     /// A device presented this session's token: a new socket is taking it
     /// over, so it never reports itself closed (the new socket speaks for it).
     claimed: AtomicBool,
+    /// Task statuses that arrived before the task they speak of was filed.
+    early_statuses: Mutex<tasks::EarlyStatuses>,
 }
 
 /// How long the writer may take to send the close frame once the session's
@@ -209,6 +211,7 @@ impl Session {
             detached: OnceLock::new(),
             resumed: resumed_seq,
             claimed: AtomicBool::new(false),
+            early_statuses: Mutex::default(),
         }
     }
 

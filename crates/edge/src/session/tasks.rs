@@ -9,6 +9,7 @@
 //! read it with `tasks/get` and `tasks/result` and stop it with
 //! `tasks/cancel`; every status move is published to them.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -136,7 +137,65 @@ impl TaskRecord {
     }
 }
 
+/// Statuses that outran their task. A device may say where its task is right
+/// behind the answer that started it; the reader reads that status before
+/// the call has filed the task, so it is held (while a task-asking call is
+/// in flight, at most [`MAX_LIVE_TASKS`]) for the task it names.
+#[derive(Debug, Default)]
+pub(super) struct EarlyStatuses {
+    /// Task-asking calls in flight.
+    asking: usize,
+    held: VecDeque<DeviceTask>,
+}
+
+impl EarlyStatuses {
+    /// Holds a status; returns the oldest one when that pushes it out.
+    fn hold(&mut self, status: DeviceTask) -> Option<DeviceTask> {
+        let pushed_out = if self.held.len() >= MAX_LIVE_TASKS { self.held.pop_front() } else { None };
+        self.held.push_back(status);
+        pushed_out
+    }
+
+    /// The last status held for a device task, taken with any before it.
+    fn take(&mut self, device_id: &str) -> Option<DeviceTask> {
+        let mut last = None;
+        self.held.retain(|held| {
+            let mine = held.task_id == device_id;
+            if mine {
+                last = Some(held.clone());
+            }
+            !mine
+        });
+        last
+    }
+}
+
+/// A task-asking call in flight; when the last one ends, what is still held was for no task.
+pub(super) struct Asking<'a>(&'a Session);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        let unclaimed = {
+            let mut early = lock(&self.0.early_statuses);
+            early.asking = early.asking.saturating_sub(1);
+            if early.asking > 0 {
+                return;
+            }
+            std::mem::take(&mut early.held).len()
+        };
+        for _ in 0..unclaimed {
+            fallback!(self.0.counters().task_statuses_dropped, debug, session = %self.0.id, "device task status dropped: it named no task the device answered with");
+        }
+    }
+}
+
 impl Session {
+    /// Marks a task-asking call in flight until the guard drops.
+    pub(super) fn asking_task(&self) -> Asking<'_> {
+        lock(&self.early_statuses).asking += 1;
+        Asking(self)
+    }
+
     /// Files the task a device answered a call with, starts following it, and
     /// returns what the call answers: a sentence and the task's state.
     pub(super) fn begin_task(
@@ -160,6 +219,13 @@ impl Session {
         let ttl = device.ttl.map_or(ttl, |t| ttl.min(Duration::from_millis(t)));
         let poll =
             self.hub.config.budgets.task_poll.max(Duration::from_millis(device.poll_interval.unwrap_or(0)));
+        // A status the device sent right behind its answer is where the task
+        // starts; filed under the same lock, so no status falls between.
+        let mut early = lock(&self.early_statuses);
+        let (status, message) = match early.take(&device.task_id) {
+            Some(early) => (running(early.status), early.status_message.or(device.status_message)),
+            None => (device.status, device.status_message),
+        };
         let record = Arc::new(TaskRecord {
             id: uuid::Uuid::new_v4().to_string(),
             session: self.id.clone(),
@@ -169,15 +235,11 @@ impl Session {
             created: Instant::now(),
             ttl,
             poll,
-            state: Mutex::new(Moves {
-                status: device.status,
-                message: cut(device.status_message),
-                outcome: None,
-                at: Instant::now(),
-            }),
+            state: Mutex::new(Moves { status, message: cut(message), outcome: None, at: Instant::now() }),
             moved: watch::channel(0).0,
         });
         self.hub.file_task(Arc::clone(&record));
+        drop(early);
         EdgeCounters::bump(&self.counters().tasks_created);
         info!(session = %self.id, task = %record.id, tool, ttl_ms = ms(ttl), "call became a task; following it");
         tokio::spawn(follow(Arc::clone(&self.hub), Arc::clone(&record)));
@@ -192,19 +254,40 @@ impl Session {
 
     /// A device's `notifications/tasks/status`: the task's new status reaches its followers.
     pub(super) fn task_moved(&self, params: &serde_json::Value) {
-        let device: Option<DeviceTask> = serde_json::from_value(params.clone()).ok();
-        let record = device
-            .as_ref()
-            .and_then(|d| self.hub.tasks_of(&self.id).into_iter().find(|t| t.device_id == d.task_id));
-        let (Some(device), Some(record)) = (device, record) else {
-            fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, "device task status dropped: malformed, or for no task this edge follows");
+        let Ok(device) = serde_json::from_value::<DeviceTask>(params.clone()) else {
+            fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, "device task status dropped: malformed");
             return;
         };
-        // The outcome comes with tasks/result; a status says only where it is.
-        let status = if device.status.is_terminal() { TaskStatus::Working } else { device.status };
+        let record = {
+            let mut early = lock(&self.early_statuses);
+            let record = self.hub.tasks_of(&self.id).into_iter().find(|t| t.device_id == device.task_id);
+            if record.is_none() && early.asking > 0 {
+                // Read behind the answer that starts it, before that call filed it.
+                if early.hold(device).is_some() {
+                    fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, "device task status dropped: too many held for tasks not filed yet");
+                }
+                return;
+            }
+            record
+        };
+        let Some(record) = record else {
+            fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, task = %device.task_id, "device task status dropped: for no task this edge follows");
+            return;
+        };
+        let status = running(device.status);
         if status != record.status() || device.status_message.is_some() {
             record.advance(&self.hub, status, cut(device.status_message), None);
         }
+    }
+}
+
+/// Where a device's status puts a running task: the outcome comes with
+/// `tasks/result`, so a status says only where it is, never that it ended.
+fn running(status: TaskStatus) -> TaskStatus {
+    if status.is_terminal() {
+        TaskStatus::Working
+    } else {
+        status
     }
 }
 
