@@ -154,7 +154,13 @@ fn the_agent_examples_get_calls_through_over_mcp() {
     let ts_agent = format!("{root}/examples/ts-agent/dist/agent.js");
     assert!(Path::new(&ts_agent).exists(), "build the TypeScript example first (scripts/test-deps does)");
     let data = data_dir("agents");
-    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    // A blocking /mcp call waits 1 s for a task: the signature (2.5 s) outlasts it, so it is handed off and followed.
+    std::fs::create_dir_all(&data).unwrap();
+    let config = data.join("tether.toml");
+    std::fs::write(&config, "[budgets]\ntask_wait_ms = 1000\n").unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let (listening, _edge) =
+        spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0", "--config", config.as_str()]);
     let addr = listening.strip_prefix("listening on ws://").unwrap().to_owned();
     let mcp = format!("http://{addr}/mcp");
     let agents = [
@@ -181,6 +187,13 @@ fn the_agent_examples_get_calls_through_over_mcp() {
             // The write asked for the user's approval, and ran once they agreed.
             assert!(said.contains("client__submit_form {\"formId\": \"WO-1182\"} -> isError: This action needs the user's approval"), "{why}");
             assert!(said.contains("call client__submit_form approved -> ok: submitForm done"), "{why}");
+            // The signature outlasted the 1 s wait: handed off with its task, and followed to its end.
+            assert!(said.contains("-> ok: This call started task"), "{why}");
+            assert!(said.contains("still running; waiting for it again"), "{why}");
+            assert!(
+                said.contains("call client__collect_signature followed -> ok: collectSignature done"),
+                "{why}"
+            );
         }
         assert!(
             said.contains("-> ok: addWorkNote done") && said.trim_end().ends_with("turn complete"),

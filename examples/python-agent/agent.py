@@ -11,7 +11,12 @@ endpoint. It does what a model does with tether:
 3. re-plans when a call comes back `isError` (the text is written for it);
 4. notices mid-turn that the device's tools changed (`list_changed`) and
    uses the tool that appeared;
-5. submits the work order: a destructive tool, so tether answers that it
+5. collects the customer's signature: a tool that takes as long as the
+   customer does, so the device runs it as a task. tether's `/mcp` waits for
+   it (up to `[budgets] task_wait_ms`); if it still runs then, the result says
+   so and names the task in `_meta["tether.dev/task"]`, and the agent calls
+   again with that to wait for the same task (the device does not run it twice);
+6. submits the work order: a destructive tool, so tether answers that it
    needs the user's approval; the agent asks its user (here `--approve`
    answers for them) and, only if they agree, calls again presenting the
    approval in `_meta["tether.dev/approval"]` — the approval covers exactly
@@ -65,6 +70,12 @@ async def call(client: Client, name: str, arguments: dict[str, Any]) -> Any:
     return result
 
 
+def still_running(result: Any) -> str | None:
+    """The task a call started when tether stopped waiting for it before it ended."""
+    task = (result.meta or {}).get("tether.dev/task")
+    return task if isinstance(task, str) and not result.is_error else None
+
+
 def approval_asked(result: Any) -> str | None:
     """The approval id tether asks for when a call needs the user's approval."""
     error = (result.meta or {}).get("tether.dev/error") or {}
@@ -110,6 +121,20 @@ async def run(url: str, token: str, approve: bool) -> int:
                 print("expected client__add_work_note once a work order is open", file=sys.stderr)
                 return 1
             await call(client, "client__add_work_note", {"text": "Scanned the asset tag; label printed."})
+
+            # Longer than one wait: follow the task until it ends, a bounded number of times.
+            signed = await call(client, "client__collect_signature", {})
+            for _ in range(10):
+                task = still_running(signed)
+                if task is None:
+                    break
+                print(f"task {task} still running; waiting for it again")
+                signed = await client.call_tool("client__collect_signature", {}, meta={"tether.dev/task": task})
+                outcome = "isError" if signed.is_error else "ok"
+                print(f"call client__collect_signature followed -> {outcome}: {text_of(signed)[:160]}")
+            if signed.is_error or still_running(signed) is not None:
+                print("the signature was not collected", file=sys.stderr)
+                return 1
 
             # A write: tether runs it only with the user's approval of exactly this call.
             form = {"formId": "WO-1182"}

@@ -32,11 +32,19 @@ pub(crate) struct Args {
     /// Data directory holding the secret.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// TOML configuration file (also TETHER_CONFIG): its `[budgets]` bound how long calls and tasks are waited for.
+    #[arg(long, env = "TETHER_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 /// Serves `/mcp` until a signal, or until the link to the edge closes (an error).
 pub(crate) async fn run(args: Args) -> Result<(), String> {
-    let Args { edge, listen, token, public_url, issuer, data_dir } = args;
+    let Args { edge, listen, token, public_url, issuer, data_dir, config } = args;
+    let resolved = crate::cmd::serve::read_config(config.as_ref(), &tether_config::Flags::default())?;
+    if resolved.is_fatal() {
+        return Err("configuration cannot start the gateway (run `tether config check FILE`)".into());
+    }
+    let budgets = resolved.config.budgets;
     let token = match token {
         Some(token) => token,
         None => keys(data_dir)?
@@ -45,7 +53,8 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     };
     let link =
         BackendLink::connect(&edge, &token).await.map_err(|e| format!("connect {edge}: {}", e.message))?;
-    let gateway = Gateway::new(link, GatewayConfig { public_url, issuer, ..GatewayConfig::default() });
+    let gateway =
+        Gateway::new(link, GatewayConfig { public_url, issuer, budgets, ..GatewayConfig::default() });
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;

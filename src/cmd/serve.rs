@@ -61,6 +61,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     }
     let degraded: Vec<_> = resolved.issues.clone();
     let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
+    let budgets = resolved.config.budgets;
     let cluster = match resolved.cluster.clone() {
         Some(c) => Some(Cluster::connect(c, resolved.config.budgets).await.map_err(|e| e.to_string())?),
         None => None,
@@ -70,7 +71,8 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         None => Edge::bind(resolved.config).await,
     }
     .map_err(|e| e.to_string())?;
-    let edge = mount_mcp(edge, issuer, public_url).await;
+    let edge =
+        mount_mcp(edge, GatewayConfig { issuer, public_url, budgets, ..GatewayConfig::default() }).await;
     if let Some(cluster) = &cluster {
         cluster.start(&edge.hub(), edge.shutdown_token()).await.map_err(|e| e.to_string())?;
     }
@@ -91,10 +93,10 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
 }
 
 /// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
-async fn mount_mcp(edge: Edge, issuer: Option<String>, public_url: Option<String>) -> Edge {
+/// It waits for tasks under the edge's own `[budgets]`.
+async fn mount_mcp(edge: Edge, config: GatewayConfig) -> Edge {
     let pipe = edge.attach_backend("tether-mcp");
-    let gateway =
-        Gateway::attach(pipe, GatewayConfig { issuer, public_url, ..GatewayConfig::default() }).await;
+    let gateway = Gateway::attach(pipe, config).await;
     let routes = gateway.router();
     let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
     tokio::spawn(async move {
