@@ -97,6 +97,7 @@ for (const button of document.querySelectorAll('nav button')) {
 }
 document.getElementById('confirm-yes').addEventListener('click', () => shop.pendingConfirm?.answer(true));
 document.getElementById('confirm-no').addEventListener('click', () => shop.pendingConfirm?.answer(false));
+document.getElementById('pickup-ready').addEventListener('click', () => shop.pendingPickup?.ready());
 
 ui.renderScreen(shop);
 ui.renderTools(shop.tools());

@@ -22,6 +22,8 @@ export class Shop {
   cart = [];
   /** The approval question on screen while tether waits for the shopper, with its answer callback. */
   pendingConfirm = null;
+  /** The pickup a clerk is asked to get ready while holdForPickup's task waits, with its callback. */
+  pendingPickup = null;
 
   /** @param {() => void} onChange called after every change of screen or state */
   constructor(onChange) {
@@ -68,7 +70,7 @@ export class Shop {
       case 'product':
         return [...common, this.#addToCart()];
       default:
-        return [...common, this.#getCart(), this.#confirmCheckout()];
+        return [...common, this.#getCart(), this.#confirmCheckout(), this.#holdForPickup()];
     }
   }
 
@@ -133,6 +135,44 @@ export class Shop {
       // tether ran this only after the shopper approved it (onApproval below).
       handler: async () => ({ orderId: `O-${Date.now() % 100000}`, total: this.total() }),
     };
+  }
+
+  #holdForPickup() {
+    return {
+      name: 'holdForPickup',
+      description: 'Asks the store to hold the cart for pickup and waits until a clerk confirms it on the page; runs as a task while they do.',
+      inputSchema: noArgs,
+      // A clerk takes minutes, far past a call's 7 s leg: the edge runs it as an MCP task and follows it.
+      task: 'required',
+      handler: (_args, ctx) => this.#waitForClerk(ctx),
+    };
+  }
+
+  /** Shows the pickup on the page until a clerk marks it ready, or the task is cancelled. */
+  #waitForClerk(ctx) {
+    // One counter, one clerk: a second hold while one waits is refused rather than queued out of sight.
+    if (this.pendingPickup !== null) throw new ToolError('pickup_pending', 'A pickup is already waiting for a clerk; try again once it is ready.');
+    const items = this.cart.map((i) => ({ ...i }));
+    const total = this.total();
+    return new Promise((resolve) => {
+      const pickup = {
+        text: `Hold ${items.length} item${items.length === 1 ? '' : 's'} (${total} €) for pickup.`,
+        ready: () => finish({ pickupCode: `PU-${String(Date.now() % 10000).padStart(4, '0')}`, items, total }),
+      };
+      const finish = (result) => {
+        // Only this pickup's panel: a late abort must not take down the next one.
+        if (this.pendingPickup !== pickup) return;
+        this.pendingPickup = null;
+        this.onChange();
+        resolve(result);
+      };
+      this.pendingPickup = pickup;
+      this.onChange();
+      // What tasks/get says while the clerk walks to the shelf.
+      ctx.status('waiting for a clerk');
+      // tasks/cancel (or the ttl) fires the signal: the SDK has already settled the task, so only the panel goes.
+      ctx.signal.addEventListener('abort', () => finish(undefined), { once: true });
+    });
   }
 
   /**

@@ -48,6 +48,9 @@ export function renderScreen(shop) {
   const confirm = $('confirm');
   confirm.hidden = shop.pendingConfirm === null;
   if (shop.pendingConfirm !== null) $('confirm-text').textContent = shop.pendingConfirm.text;
+  const pickup = $('pickup');
+  pickup.hidden = shop.pendingPickup === null;
+  if (shop.pendingPickup !== null) $('pickup-text').textContent = shop.pendingPickup.text;
 }
 
 export function renderTools(tools) {
@@ -68,7 +71,7 @@ const rows = new Map();
 
 export function callStarted(call) {
   $('no-calls').hidden = true;
-  const outcome = el('td', { className: 'outcome', textContent: 'running…', dataset: { outcome: 'running' } });
+  const outcome = el('td', { className: 'outcome', textContent: call.taskId === undefined ? 'running…' : 'task running…', dataset: { outcome: 'running' } });
   const latency = el('td', { className: 'latency', textContent: '' });
   const row = el(
     'tr',
@@ -79,6 +82,8 @@ export function callStarted(call) {
     outcome,
     latency,
   );
+  // A task's row stays running past its call's answer: it ends when the handler settles.
+  if (call.taskId !== undefined) row.dataset.task = call.taskId;
   rows.set(`${call.sessionId}/${call.callId}`, { row, outcome, latency });
   $('calls').prepend(row);
 }

@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { chromium, type Browser, type Page } from 'playwright-core';
 
-import { rpcError } from '../helpers/backend.js';
+import { rpcError, type CallResponse } from '../helpers/backend.js';
 import { Fixture } from '../helpers/fixture.js';
 
 const EXAMPLE = resolve(fileURLToPath(import.meta.url), '../../../../../examples/browser');
@@ -25,6 +25,18 @@ interface StaticServer {
   close(): Promise<void>;
 }
 type ServeModule = { startServer(o: { port: number; host: string }): Promise<StaticServer> };
+
+/** The edge's view of a task (`_meta["tether.dev/task"]`, `tasks/get`, `tasks/cancel`, `notifications/tasks/status`). */
+interface TaskState {
+  task: string;
+  session: string;
+  tool: string;
+  status: 'working' | 'input_required' | 'completed' | 'failed' | 'cancelled';
+  status_message?: string;
+  age_ms: number;
+  ttl_ms: number;
+  poll_interval_ms: number;
+}
 
 describe('browser example page', () => {
   let fx: Fixture;
@@ -95,7 +107,7 @@ describe('browser example page', () => {
     await page.locator('#tools li[data-tool="client__confirm_checkout"]').waitFor({ timeout: 5_000 });
     const err = await rpcError(fx.call(session, 'client__add_to_cart', { quantity: 1 }));
     assert.equal(err.kind, 'tool_unavailable');
-    assert.deepEqual([...(err.data['available'] as string[])].sort(), ['client__confirm_checkout', 'client__get_cart', 'client__get_visible_screen']);
+    assert.deepEqual([...(err.data['available'] as string[])].sort(), ['client__confirm_checkout', 'client__get_cart', 'client__get_visible_screen', 'client__hold_for_pickup']);
   });
 
   test('a screenshot of the page for the README', async () => {
@@ -143,6 +155,79 @@ describe('browser example page', () => {
       }
     });
   }
+
+  /** A backend request about one task, on behalf of the tab's user. */
+  function aboutTask<T>(method: 'tasks/get' | 'tasks/result' | 'tasks/cancel', task: string): Promise<T> {
+    return fx.backend.request<T>(method, { session, task, _meta: { credential: fx.userToken() } });
+  }
+
+  /** Polls `tasks/get` until the task's state passes `accept`; the last state read otherwise. */
+  async function taskUntil(task: string, accept: (s: TaskState) => boolean): Promise<TaskState> {
+    let state = await aboutTask<TaskState>('tasks/get', task);
+    for (let i = 0; i < 100 && !accept(state); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      state = await aboutTask<TaskState>('tasks/get', task);
+    }
+    return state;
+  }
+
+  /** Calls `client__hold_for_pickup` as a task: the call answers at once, with the task in its `_meta`. */
+  async function holdForPickup(): Promise<TaskState> {
+    const startedAt = Date.now();
+    const r = await fx.call(session, 'client__hold_for_pickup', {}, { 'tether.dev/task': {} });
+    assert.ok(Date.now() - startedAt < 2_000, 'the call answers with its task, not when a clerk gets to it');
+    const task = r.result._meta?.['tether.dev/task'] as TaskState | undefined;
+    assert.ok(task !== undefined, `the result carries its task: ${JSON.stringify(r.result)}`);
+    assert.deepEqual([task.session, task.tool, task.status], [session, 'client__hold_for_pickup', 'working']);
+    assert.match(JSON.stringify(r.result.content), new RegExp(`tasks/result for task ${task.task}`));
+    return task;
+  }
+
+  test('holding the cart for pickup runs as a task: the page shows it pending, the task reads working, and the clerk\'s click completes it', async () => {
+    const declared = (await fx.backend.tools(session)).tools.find((t) => t.name === 'client__hold_for_pickup') as { execution?: unknown } | undefined;
+    assert.deepEqual(declared?.execution, { taskSupport: 'required' });
+
+    const task = await holdForPickup();
+    await page.locator('#pickup:not([hidden])').waitFor({ timeout: 5_000 });
+    assert.match((await page.textContent('#pickup-text')) ?? '', /for pickup/);
+    const row = page.locator(`#calls tr[data-tool="holdForPickup"][data-task]`).first();
+    assert.equal(await row.getAttribute('data-outcome'), 'running', 'the call has answered, the task runs on');
+
+    // The line the page says the instant the task begins: not lost to the edge filing the task.
+    const working = await taskUntil(task.task, (s) => s.status_message !== undefined);
+    assert.deepEqual([working.status, working.status_message], ['working', 'waiting for a clerk']);
+
+    const outcome = aboutTask<CallResponse>('tasks/result', task.task);
+    await page.click('#pickup-ready');
+    const { result } = await outcome;
+    assert.match(String(result.structuredContent?.['pickupCode']), /^PU-\d{4}$/);
+    assert.deepEqual(result.structuredContent?.['items'], []);
+    assert.notEqual(result.isError, true);
+    await page.locator('#pickup').waitFor({ state: 'hidden', timeout: 5_000 });
+    await page.locator(`#calls tr[data-tool="holdForPickup"][data-outcome="ok"]`).waitFor({ timeout: 5_000 });
+
+    assert.equal((await taskUntil(task.task, (s) => s.status !== 'working')).status, 'completed');
+    await fx.backend.notification('notifications/tasks/status', (p) => p['task'] === task.task && p['status'] === 'completed', 5_000);
+  });
+
+  test('a pickup task the backend cancels leaves the page at once and has no result', async () => {
+    const task = await holdForPickup();
+    await page.locator('#pickup:not([hidden])').waitFor({ timeout: 5_000 });
+    const waiting = rpcError(aboutTask('tasks/result', task.task));
+
+    const cancelled = await aboutTask<TaskState>('tasks/cancel', task.task);
+    assert.equal(cancelled.status, 'cancelled');
+    await page.locator('#pickup').waitFor({ state: 'hidden', timeout: 5_000 });
+    await page.locator(`#calls tr[data-tool="holdForPickup"][data-outcome="cancelled"]`).waitFor({ timeout: 5_000 });
+
+    for (const err of [await waiting, await rpcError(aboutTask('tasks/result', task.task))]) {
+      assert.equal(err.data['status'], 'cancelled', `${err.kind}: ${err.message}`);
+      assert.match(err.message, /cancelled; it has no result/);
+    }
+    assert.equal((await aboutTask<TaskState>('tasks/get', task.task)).status, 'cancelled');
+    const again = await rpcError(aboutTask('tasks/cancel', task.task));
+    assert.equal(again.kind, 'invalid_params', 'cancelled is final');
+  });
 
   test('closing the tab while the shopper is being asked ends the session at once', async () => {
     const asked = await rpcError(fx.call(session, 'client__confirm_checkout'));
