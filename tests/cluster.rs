@@ -534,3 +534,61 @@ async fn a_call_for_a_session_between_holders_waits_for_the_new_one() {
     assert_eq!(err.message, "held by z now");
     assert_eq!(cluster(&a, "moves_awaited").await, 1);
 }
+
+/// A task lives where its session does: a backend on A reads and follows a
+/// task its device runs on C, and when the device resumes on B mid-task,
+/// the task goes with it (C hands it over, B follows it on) and A reads its
+/// outcome from B, with no loss and no second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_read_from_any_edge_and_moves_with_its_session_to_another() {
+    use tether_contract::backend::ReadMeta;
+    use tether_contract::tasks::{TaskMetadata, TaskParams, TaskState, TaskStatus};
+    let nats = NatsServer::start();
+    let (a, b, c) = three_edges(&nats);
+    joined(&[&a, &b, &c]).await;
+    let on_a = std::sync::Arc::new(backend_on(&a).await);
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let spec = DeviceSpec::minimal(vec![tether_harness::device::task_tool("scan")])
+        .with("scan", Behavior::Task { after: Duration::from_secs(4) });
+    let (first, session) = device_on(&c, "mira", spec.clone()).await;
+    next_opened(&mut heard_on_a, &session).await;
+    let token = first.resume_token().expect("initialize carried a resume token");
+
+    let mut params = call(&session, "mira");
+    params.name = "client__scan".into();
+    params.meta.task = Some(TaskMetadata { ttl: None });
+    let answered = on_a.call(params, BUDGET).await.expect("the task call answers from C");
+    let task = TaskState::in_result(answered.result.meta.as_ref()).expect("the result names its task");
+    let about = |who: &str| TaskParams {
+        session: session.clone(),
+        task: task.task.clone(),
+        meta: ReadMeta { credential: Some(common::user(who)) },
+    };
+    let now = on_a.task(&about("mira"), SHORT).await.expect("tasks/get from A reaches the task on C");
+    assert_eq!((now.status, now.status_message.as_deref()), (TaskStatus::Working, Some("started")));
+    let err = on_a.task(&about("leo"), SHORT).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidParams, "another user's task reads as unknown: {err:?}");
+
+    // A waits for the outcome; meanwhile the device drops and comes back through B.
+    let waiting = {
+        let (link, params) = (std::sync::Arc::clone(&on_a), about("mira"));
+        tokio::spawn(async move { link.task_result(&params, Duration::from_secs(60)).await })
+    };
+    first.disconnect().await;
+    let mut second = SimDevice::resume(&b.url, &common::user("mira"), spec, Some(&token)).await.unwrap();
+    assert_eq!(second.ready().await.as_deref(), Some(session.as_str()), "the session id survives the move");
+
+    let outcome = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the outcome arrives")
+        .unwrap()
+        .expect("the task completes on B");
+    assert_eq!(outcome.result.structured_content.unwrap()["arguments"], json!({"n": 1}));
+    let done = on_a.task(&about("mira"), SHORT).await.unwrap();
+    assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(metric(&c, "tether_tasks_handed_over_total").await, 1);
+    assert_eq!(metric(&b, "tether_tasks_adopted_total").await, 1);
+    assert_eq!(metric(&b, "tether_tasks_completed_total").await, 1);
+    assert_eq!(metric(&c, "tether_tasks_lost_total").await, 0, "C let it go, it did not lose it");
+    assert_eq!(second.observed.calls().len(), 0, "the work was not started again");
+}

@@ -20,10 +20,11 @@ use tracing::{debug, info};
 
 use tether_contract::backend::SessionClosed;
 use tether_contract::error::{ErrorKind, WireError};
+use tether_contract::tasks::TaskParams;
 use tether_contract::writes::DecideParams;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
-use tether_edge::router::{Local, Router};
+use tether_edge::router::{Local, Reader, Router};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
@@ -264,10 +265,12 @@ async fn serve_claim(
             )))
         }
         Ok(claim) => {
-            let outcome = Local.claim(hub, session, &claim.secret, &claim.principal).await;
-            if outcome.is_ok() {
+            let mut outcome = Local.claim(hub, session, &claim.secret, &claim.principal).await;
+            if let Ok(claimed) = &mut outcome {
                 lock(&inner.held).remove(session);
                 stop.cancel();
+                // The new holder follows the session's tasks from here on.
+                claimed.tasks = tether_edge::session::hand_over_tasks(hub, session);
             }
             Answer::of(outcome)
         }
@@ -297,6 +300,17 @@ async fn serve_read(inner: Arc<Inner>, hub: Arc<Hub>, session: String, message: 
                     Answer::of(Local.manifest(&hub, &session, &reader).await.map(Arc::unwrap_or_clone))
                 }
                 ReadOp::List => Answer::of(Local.list(&hub, &reader, Some(&session)).await),
+                // A task is read for the session named by the subject, and only its own user's.
+                ReadOp::Task { task, op } => match &reader {
+                    Reader::User(owner) => {
+                        let params = TaskParams { session: session.clone(), task, meta: Default::default() };
+                        Answer::of(Local::task(&hub, &params, op, owner).await)
+                    }
+                    Reader::Operator(_) => Answer::of::<Value>(Err(WireError::new(
+                        ErrorKind::Forbidden,
+                        "an operator credential cannot read a user's task",
+                    ))),
+                },
                 // The holder decides for the session named by the subject, whatever the params say.
                 ReadOp::Decide(params) => Answer::of(Local::decide(
                     &hub,

@@ -19,11 +19,12 @@ use tokio::time::Instant;
 use tether_contract::backend::{CallParams, CallResponse, Manifest, SessionInfo, SessionInspect, TurnBegun};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::mcp::RawCallResult;
+use tether_contract::tasks::TaskParams;
 use tether_contract::writes::{DecideParams, Decided};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
-use tether_edge::router::{Local, Reader, Routed, Router};
+use tether_edge::router::{Claimed, Local, Reader, Routed, Router, TaskAnswer, TaskOp};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
@@ -632,7 +633,7 @@ impl Router for ClusterRouter {
         session: &'a str,
         secret: &'a str,
         principal: &'a str,
-    ) -> Routed<'a, u64> {
+    ) -> Routed<'a, Claimed> {
         if hub.session(session).is_some() {
             return Local.claim(hub, session, secret, principal);
         }
@@ -644,6 +645,31 @@ impl Router for ClusterRouter {
             claim,
             &self.counters().remote_reads,
         ))
+    }
+
+    fn task<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: &'a TaskParams,
+        op: TaskOp,
+        owner: &'a str,
+    ) -> Routed<'a, TaskAnswer> {
+        // Followed here (its session held or waiting for its device here): answered here.
+        if hub.task(&params.task).is_some() {
+            return Box::pin(Local::task(hub, params, op, owner));
+        }
+        // Elsewhere, a wait for the outcome is cut to fit one request; the backend asks again.
+        let op = match op {
+            TaskOp::Outcome { wait_ms } => {
+                TaskOp::Outcome { wait_ms: wait_ms.min(ms(self.inner.config.read_timeout) / 2) }
+            }
+            op => op,
+        };
+        let read = ReadOp::Task { task: params.task.clone(), op };
+        Box::pin(async move {
+            let reader = Reader::User(owner.to_owned());
+            self.read(hub, &params.session, read, &reader).await
+        })
     }
 
     fn hold<'a>(&'a self, hub: &'a Arc<Hub>, session: &'a Arc<Session>) -> Routed<'a, ()> {

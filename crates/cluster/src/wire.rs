@@ -55,6 +55,13 @@ pub(crate) enum ReadOp {
     Manifest,
     /// `sessions/list` of this one session.
     List,
+    /// `tasks/get`, `tasks/cancel` or a slice of `tasks/result`, for the reader's own task.
+    Task {
+        /// tether's task id.
+        task: String,
+        /// What is asked of it.
+        op: tether_edge::router::TaskOp,
+    },
 }
 
 /// `sessions/list` asked of every edge, on `tether.list`.

@@ -32,7 +32,7 @@ use tether_counters::fallback;
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
 use crate::hub::Hub;
-use crate::router::Reader;
+use crate::router::{Reader, TaskAnswer, TaskOp};
 use crate::session::ProgressRelay;
 use crate::ws::Outbound;
 
@@ -106,21 +106,6 @@ fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Read
             }
         },
     }
-}
-
-/// The task `p` names, when it is `owner`'s on that session; anything else
-/// reads as unknown, so nobody learns of another user's tasks.
-fn owned_task(hub: &Hub, p: &TaskParams, owner: &str) -> Result<Arc<crate::session::TaskRecord>, WireError> {
-    hub.task(&p.task).filter(|t| t.session == p.session && t.owner == owner).ok_or_else(|| {
-        WireError::new(
-            ErrorKind::InvalidParams,
-            format!(
-                "no task {} of this user on session {}: it ended more than its ttl ago, or was never made here",
-                p.task, p.session
-            ),
-        )
-        .with("task", p.task.as_str())
-    })
 }
 
 /// Serializes a result once, to raw JSON the response embeds as is (no `Value` tree).
@@ -201,11 +186,19 @@ pub async fn handle(
         method::TASKS_GET | method::TASKS_RESULT | method::TASKS_CANCEL => {
             let p: TaskParams = params(raw)?;
             let owner = caller(hub, &p.session, p.meta.credential.as_deref())?;
-            let record = owned_task(hub, &p, &owner)?;
-            match method_name {
-                method::TASKS_GET => to_value(&record.state()),
-                method::TASKS_CANCEL => to_value(&crate::session::cancel_task(hub, &record)?),
-                _ => to_value(&record.outcome().await?),
+            let op = match method_name {
+                method::TASKS_GET => TaskOp::Get,
+                method::TASKS_CANCEL => TaskOp::Cancel,
+                _ => TaskOp::Outcome { wait_ms: OUTCOME_SLICE_MS },
+            };
+            // tasks/result asks in slices: a task whose session moved to another
+            // edge meanwhile is asked for again where it went.
+            loop {
+                match router.task(hub, &p, op, &owner).await? {
+                    TaskAnswer::State(state) => break to_value(&state),
+                    TaskAnswer::Outcome(Some(outcome)) => break to_value(&outcome),
+                    TaskAnswer::Outcome(None) => {}
+                }
             }
         }
         other => {
@@ -404,6 +397,9 @@ fn answer(id: &Value, outcome: Result<Box<RawValue>, WireError>) -> String {
         Err(err) => jsonrpc::error_response(id, &err),
     }
 }
+
+/// Longest one ask for a task's outcome waits where the task is followed, in ms.
+const OUTCOME_SLICE_MS: u64 = 5_000;
 
 /// How long one write to a backend may take before the link is closed: a
 /// healthy backend reads continuously, so this only ends a stuck one.

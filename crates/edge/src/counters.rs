@@ -70,6 +70,10 @@ tether_counters::counters! {
         tasks_failed,
         /// Tasks their caller cancelled (the device told).
         tasks_cancelled,
+        /// Tasks handed to another edge with their session, which their device resumed there.
+        tasks_handed_over,
+        /// Tasks taken over from another edge with a session whose device resumed here.
+        tasks_adopted,
     }
     fallbacks {
         /// Device connections that failed the handshake (initialize or first read).

@@ -16,12 +16,13 @@ use tether_contract::backend::{
 };
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::mcp::RawCallResult;
+use tether_contract::tasks::{TaskParams, TaskState};
 use tether_contract::writes::{DecideParams, Decided};
 use tether_counters::fallback;
 use tracing::info;
 
 use crate::hub::{BackendEvent, Hub};
-use crate::session::{ProgressRelay, Session};
+use crate::session::{ProgressRelay, Session, TaskHandover, TaskRecord};
 
 /// What a router answers with: boxed, so routers are objects the hub holds.
 pub type Routed<'a, T> = Pin<Box<dyn Future<Output = Result<T, WireError>> + Send + 'a>>;
@@ -52,6 +53,75 @@ impl Reader {
             Reader::User(principal) => ReaderInfo { principal: principal.clone(), operator: false },
             Reader::Operator(principal) => ReaderInfo { principal: principal.clone(), operator: true },
         }
+    }
+}
+
+/// What a backend asks of a task, where the task is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TaskOp {
+    /// `tasks/get`.
+    Get,
+    /// `tasks/cancel`.
+    Cancel,
+    /// `tasks/result`, waiting at most `wait_ms` for the task to end: a
+    /// request across edges stays short, and the asker asks again.
+    Outcome {
+        /// Longest wait for this ask.
+        wait_ms: u64,
+    },
+}
+
+/// The answer to a [`TaskOp`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum TaskAnswer {
+    /// The task's state (after a cancel, its final one).
+    State(TaskState),
+    /// Its outcome once final; None while it still runs.
+    Outcome(Option<Box<CallResponse<RawCallResult>>>),
+}
+
+/// What a device resuming its session takes from the edge that held it.
+///
+/// On the wire it is the bare seq when there are no tasks, as before tasks
+/// moved: an edge of the previous release still reads it.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(from = "ClaimedWire")]
+pub struct Claimed {
+    /// The session's applied seq.
+    pub seq: u64,
+    /// The tasks the edge followed for the session, now the new holder's to follow.
+    pub tasks: Vec<TaskHandover>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum ClaimedWire {
+    Seq(u64),
+    Full { seq: u64, tasks: Vec<TaskHandover> },
+}
+
+impl From<ClaimedWire> for Claimed {
+    fn from(wire: ClaimedWire) -> Claimed {
+        match wire {
+            ClaimedWire::Seq(seq) => Claimed { seq, tasks: Vec::new() },
+            ClaimedWire::Full { seq, tasks } => Claimed { seq, tasks },
+        }
+    }
+}
+
+impl serde::Serialize for Claimed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.tasks.is_empty() {
+            return serializer.serialize_u64(self.seq);
+        }
+        #[derive(serde::Serialize)]
+        struct Full<'a> {
+            seq: u64,
+            tasks: &'a [TaskHandover],
+        }
+        Full { seq: self.seq, tasks: &self.tasks }.serialize(serializer)
     }
 }
 
@@ -112,14 +182,25 @@ pub trait Router: std::fmt::Debug + Send + Sync {
 
     /// Hands the session `session` over to a device reconnecting with its
     /// resume token (`secret`, checked with `principal`, once only), wherever
-    /// it is held; returns its applied seq.
+    /// it is held; returns its applied seq, and the tasks another edge followed for it.
     fn claim<'a>(
         &'a self,
         hub: &'a Arc<Hub>,
         session: &'a str,
         secret: &'a str,
         principal: &'a str,
-    ) -> Routed<'a, u64>;
+    ) -> Routed<'a, Claimed>;
+
+    /// Reads or stops a task of a session `owner` owns, where the task is followed.
+    fn task<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        params: &'a TaskParams,
+        op: TaskOp,
+        owner: &'a str,
+    ) -> Routed<'a, TaskAnswer> {
+        Box::pin(Local::task(hub, params, op, owner))
+    }
 
     /// Makes `session`, about to be listed here, reachable from wherever the
     /// router reaches: a cluster router subscribes it and waits until NATS has
@@ -179,6 +260,42 @@ impl Local {
         Local::readable(hub, &params.session, reader)?.decide(params, principal)
     }
 
+    /// Reads or stops a task this edge follows.
+    pub async fn task(
+        hub: &Hub,
+        params: &TaskParams,
+        op: TaskOp,
+        owner: &str,
+    ) -> Result<TaskAnswer, WireError> {
+        let record = Local::owned_task(hub, params, owner)?;
+        Ok(match op {
+            TaskOp::Get => TaskAnswer::State(record.state()),
+            TaskOp::Cancel => TaskAnswer::State(crate::session::cancel_task(hub, &record)?),
+            TaskOp::Outcome { wait_ms } => {
+                let wait = std::time::Duration::from_millis(wait_ms);
+                match tokio::time::timeout(wait, record.outcome()).await {
+                    Ok(outcome) => TaskAnswer::Outcome(Some(Box::new(outcome?))),
+                    Err(_) => TaskAnswer::Outcome(None),
+                }
+            }
+        })
+    }
+
+    /// The task `p` names, when it is `owner`'s on that session; anything else
+    /// reads as unknown, so nobody learns of another user's tasks.
+    fn owned_task(hub: &Hub, p: &TaskParams, owner: &str) -> Result<Arc<TaskRecord>, WireError> {
+        hub.task(&p.task).filter(|t| t.session == p.session && t.owner == owner).ok_or_else(|| {
+            WireError::new(
+                ErrorKind::InvalidParams,
+                format!(
+                    "no task {} of this user on session {}: it ended more than its ttl ago, or was never made here",
+                    p.task, p.session
+                ),
+            )
+            .with("task", p.task.as_str())
+        })
+    }
+
     /// The session a read names, if the reader may see it: another user's
     /// session is `forbidden` and reveals nothing but that.
     fn readable(hub: &Hub, session: &str, reader: &Reader) -> Result<Arc<Session>, WireError> {
@@ -214,8 +331,11 @@ impl Router for Local {
         session: &'a str,
         secret: &'a str,
         principal: &'a str,
-    ) -> Routed<'a, u64> {
-        Box::pin(std::future::ready(Local::session(hub, session).and_then(|s| s.claim(secret, principal))))
+    ) -> Routed<'a, Claimed> {
+        let claimed = Local::session(hub, session)
+            .and_then(|s| s.claim(secret, principal))
+            .map(|seq| Claimed { seq, tasks: Vec::new() });
+        Box::pin(std::future::ready(claimed))
     }
 
     fn list<'a>(
@@ -291,5 +411,22 @@ impl Router for Local {
         }
         // The call's own future, boxed as it is: no wrapper holding a second copy of the params.
         Box::pin(s.call_tool(params, progress))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::Claimed;
+    use serde_json::json;
+
+    #[test]
+    fn a_claim_without_tasks_is_the_bare_seq_on_the_wire_as_before() {
+        let bare = serde_json::to_value(Claimed { seq: 7, tasks: Vec::new() }).unwrap();
+        assert_eq!(bare, json!(7), "an edge of the previous release reads it");
+        let read: Claimed = serde_json::from_value(json!(7)).unwrap();
+        assert_eq!((read.seq, read.tasks.len()), (7, 0));
+        let full: Claimed = serde_json::from_value(json!({"seq": 3, "tasks": []})).unwrap();
+        assert_eq!(full.seq, 3);
     }
 }

@@ -41,6 +41,7 @@ use crate::exit::Exit;
 use crate::hub::{BackendEvent, Hub};
 use crate::manifest::{AppliedManifest, Identity, ManifestState};
 use crate::revision::Revision;
+use crate::router::Claimed;
 use crate::ws::{Outbound, Outbox};
 
 mod calls;
@@ -51,7 +52,10 @@ mod writes;
 
 pub use calls::ProgressRelay;
 pub use reader::MAX_STRIKES;
-pub use tasks::{cancel as cancel_task, TaskOutcome, TaskRecord, MAX_LIVE_TASKS};
+pub use tasks::{
+    cancel as cancel_task, hand_over as hand_over_tasks, TaskHandover, TaskOutcome, TaskRecord,
+    MAX_LIVE_TASKS,
+};
 pub use writes::EdgeLedger;
 
 use calls::{Answer, Late};
@@ -151,6 +155,8 @@ pub struct Session {
     claimed: AtomicBool,
     /// Task statuses that arrived before the task they speak of was filed.
     early_statuses: Mutex<tasks::EarlyStatuses>,
+    /// Tasks another edge followed for this session, until its handshake ends.
+    adopted: Mutex<Vec<Arc<TaskRecord>>>,
 }
 
 /// How long the writer may take to send the close frame once the session's
@@ -212,6 +218,7 @@ impl Session {
             resumed: resumed_seq,
             claimed: AtomicBool::new(false),
             early_statuses: Mutex::default(),
+            adopted: Mutex::default(),
         }
     }
 
@@ -483,12 +490,17 @@ pub async fn serve_client<S, W>(
     W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
     let expires_at = device.expires_in.map(|d| Instant::now() + d);
-    let resumed = match device.resume.as_deref() {
-        Some(token) => claim(&hub, token, &device.principal).await,
-        None => None,
+    let (resumed, tasks) = match device.resume.as_deref() {
+        Some(token) => match claim(&hub, token, &device.principal).await {
+            Some((id, claimed)) => (Some((id, claimed.seq)), claimed.tasks),
+            None => (None, Vec::new()),
+        },
+        None => (None, Vec::new()),
     };
     let (tx, rx) = crate::ws::outbox(hub.config.outbound_queue);
     let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
+    // Filed before the session is reachable, so every edge that asks finds them here.
+    session.adopt(tasks);
     let writer_session = Arc::clone(&session);
     let writer = tokio::spawn(async move {
         let closed = writer_session.socket_done.clone();
@@ -524,6 +536,8 @@ pub async fn serve_client<S, W>(
                 s.end(Exit::HandshakeFailed);
             }
         }
+        // Listed, the device is asked for their outcomes; not, they end as lost.
+        s.follow_adopted();
     }
     .instrument(lifecycle_span);
     // A panic in the handshake (a device's catalog tripping a bug) ends this
@@ -556,7 +570,7 @@ pub async fn serve_client<S, W>(
 
 /// Claims the session a resume token names, wherever it is held; None (a
 /// new session, counted and logged) when the token is refused.
-async fn claim(hub: &Arc<Hub>, token: &str, principal: &str) -> Option<(String, u64)> {
+async fn claim(hub: &Arc<Hub>, token: &str, principal: &str) -> Option<(String, Claimed)> {
     let Some((id, secret)) = split_resume_token(token) else {
         fallback!(
             hub.counters().resumes_refused,
@@ -566,9 +580,14 @@ async fn claim(hub: &Arc<Hub>, token: &str, principal: &str) -> Option<(String, 
         return None;
     };
     match hub.router().claim(hub, id, secret, principal).await {
-        Ok(seq) => {
-            info!(session = id, seq, "device resuming its session");
-            Some((id.to_owned(), seq))
+        Ok(claimed) => {
+            info!(
+                session = id,
+                seq = claimed.seq,
+                tasks = claimed.tasks.len(),
+                "device resuming its session"
+            );
+            Some((id.to_owned(), claimed))
         }
         Err(e) => {
             fallback!(hub.counters().resumes_refused, info, session = id, error = %e, "resume refused; the device gets a new session");

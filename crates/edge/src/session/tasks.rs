@@ -78,6 +78,79 @@ pub struct TaskRecord {
     moved: watch::Sender<u64>,
 }
 
+/// A task moving with its session to another edge: what the new holder
+/// needs to follow it on from where it is (and to answer for it once final).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct TaskHandover {
+    id: String,
+    owner: String,
+    tool: String,
+    device_id: String,
+    age_ms: u64,
+    ttl_ms: u64,
+    poll_ms: u64,
+    status: TaskStatus,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    outcome: Option<HandedOutcome>,
+}
+
+/// A final task's outcome on the wire: a result, or the error as JSON-RPC spells it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum HandedOutcome {
+    Result(Box<CallResponse<RawCallResult>>),
+    Error(serde_json::Value),
+}
+
+impl HandedOutcome {
+    fn of(outcome: &TaskOutcome) -> HandedOutcome {
+        match outcome {
+            Ok(response) => HandedOutcome::Result(Box::new(response.clone())),
+            Err(e) => HandedOutcome::Error(e.to_json()),
+        }
+    }
+
+    fn into_outcome(self) -> TaskOutcome {
+        match self {
+            HandedOutcome::Result(response) => Ok(*response),
+            HandedOutcome::Error(e) => Err(WireError::from_json(&e)),
+        }
+    }
+}
+
+/// Lets go of the tasks this edge follows for `session`, which a device
+/// resuming on another edge has claimed: that edge follows them on, and
+/// this edge's followers stop without a word.
+pub fn hand_over(hub: &Hub, session: &str) -> Vec<TaskHandover> {
+    let tasks: Vec<TaskHandover> = hub
+        .tasks_of(session)
+        .into_iter()
+        .map(|record| {
+            hub.forget_task(&record.id);
+            let moves = lock(&record.state);
+            TaskHandover {
+                id: record.id.clone(),
+                owner: record.owner.clone(),
+                tool: record.tool.clone(),
+                device_id: record.device_id.clone(),
+                age_ms: ms(record.created.elapsed()),
+                ttl_ms: ms(record.ttl),
+                poll_ms: ms(record.poll),
+                status: moves.status,
+                message: moves.message.clone(),
+                outcome: moves.outcome.as_ref().map(HandedOutcome::of),
+            }
+        })
+        .collect();
+    for task in &tasks {
+        EdgeCounters::bump(&hub.counters().tasks_handed_over);
+        info!(session, task = %task.id, "task handed over with its session to the edge the device resumed on");
+    }
+    tasks
+}
+
 impl TaskRecord {
     /// The task as backends see it.
     pub fn state(&self) -> TaskState {
@@ -190,6 +263,54 @@ impl Drop for Asking<'_> {
 }
 
 impl Session {
+    /// Files the tasks another edge followed for this session, which the
+    /// device resumed here; [`Session::follow_adopted`] follows them on.
+    pub(super) fn adopt(&self, tasks: Vec<TaskHandover>) {
+        let now = Instant::now();
+        let mut adopted = lock(&self.adopted);
+        for task in tasks {
+            let age = Duration::from_millis(task.age_ms);
+            let record = Arc::new(TaskRecord {
+                id: task.id,
+                session: self.id.clone(),
+                owner: task.owner,
+                tool: task.tool,
+                device_id: task.device_id,
+                created: now.checked_sub(age).unwrap_or(now),
+                ttl: Duration::from_millis(task.ttl_ms),
+                poll: Duration::from_millis(task.poll_ms),
+                state: Mutex::new(Moves {
+                    status: task.status,
+                    message: task.message,
+                    outcome: task.outcome.map(HandedOutcome::into_outcome),
+                    at: now,
+                }),
+                moved: watch::channel(0).0,
+            });
+            EdgeCounters::bump(&self.counters().tasks_adopted);
+            info!(session = %self.id, task = %record.id, status = record.status().as_str(), "task adopted from the edge that held the session");
+            self.hub.file_task(Arc::clone(&record));
+            adopted.push(record);
+        }
+    }
+
+    /// Follows the adopted tasks once the session's handshake is over (listed
+    /// or failed): a running one is asked for its outcome on this socket, a
+    /// final one is kept for the rest of its ttl.
+    pub(super) fn follow_adopted(&self) {
+        for record in std::mem::take(&mut *lock(&self.adopted)) {
+            if record.status().is_terminal() {
+                let hub = Arc::clone(&self.hub);
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(record.created + record.ttl).await;
+                    forget_if_ours(&hub, &record);
+                });
+            } else {
+                tokio::spawn(follow(Arc::clone(&self.hub), record));
+            }
+        }
+    }
+
     /// Marks a task-asking call in flight until the guard drops.
     pub(super) fn asking_task(&self) -> Asking<'_> {
         lock(&self.early_statuses).asking += 1;
@@ -309,6 +430,9 @@ fn stop_on_device(hub: &Hub, session: &str, device_id: &str) {
 async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
     let deadline = record.created + record.ttl;
     let outcome = loop {
+        if handed_over(&hub, &record) {
+            return;
+        }
         let Some(session) = hub.session(&record.session) else {
             break Err(lost(&hub, &record, "the session moved to another edge or closed"));
         };
@@ -318,7 +442,12 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
         }
         let params = DeviceTaskParams { task_id: record.device_id.clone() };
         // Keyed: it waits out a detach, and ends Resumed when the device comes back.
-        match session.request(method::TASKS_RESULT, params, left, &record.tool, true).await {
+        let answer = session.request(method::TASKS_RESULT, params, left, &record.tool, true).await;
+        if handed_over(&hub, &record) {
+            // The session resumed on another edge, which follows the task now.
+            return;
+        }
+        match answer {
             Ok((raw, _)) => break read_outcome(&session, raw),
             Err(RequestError::Closed(reason)) if reason == Exit::Resumed.as_str() => {
                 info!(session = %record.session, task = %record.id, "task's device resumed; asking for its outcome on the new socket");
@@ -344,7 +473,20 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
     record.advance(&hub, status, None, Some(outcome));
     // The outcome stays readable for the rest of the task's life.
     tokio::time::sleep_until(deadline).await;
-    hub.forget_task(&record.id);
+    forget_if_ours(&hub, &record);
+}
+
+/// Whether another edge follows this task now: it left this hub with its session.
+fn handed_over(hub: &Hub, record: &Arc<TaskRecord>) -> bool {
+    hub.task(&record.id).is_none_or(|filed| !Arc::ptr_eq(&filed, record))
+}
+
+/// Forgets a task whose life is over, unless it went to another edge (or
+/// came back under the same id, a record of its own).
+fn forget_if_ours(hub: &Hub, record: &Arc<TaskRecord>) {
+    if !handed_over(hub, record) {
+        hub.forget_task(&record.id);
+    }
 }
 
 /// The device's `tasks/result`: the call's result, as an inline call would have had it.
