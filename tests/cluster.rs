@@ -592,3 +592,51 @@ async fn a_task_is_read_from_any_edge_and_moves_with_its_session_to_another() {
     assert_eq!(metric(&c, "tether_tasks_lost_total").await, 0, "C let it go, it did not lose it");
     assert_eq!(second.observed.calls().len(), 0, "the work was not started again");
 }
+
+/// Keys, grants and receipts move with the session: after its device
+/// resumes on another edge, a retried keyed call replays its first outcome
+/// there (the device is not asked again), the same key for another call is
+/// still a conflict, and the receipt is read where the session now lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_calls_outcome_and_receipt_move_with_its_session_to_another_edge() {
+    let nats = NatsServer::start();
+    let (a, b, c) = three_edges(&nats);
+    joined(&[&a, &b, &c]).await;
+    let on_a = backend_on(&a).await;
+    let mut heard_on_a = on_a.notifications().unwrap();
+    let spec = DeviceSpec::minimal(vec![tool("a"), tool("pay")]);
+    let (first, session) = device_on(&c, "mira", spec.clone()).await;
+    next_opened(&mut heard_on_a, &session).await;
+    let token = first.resume_token().expect("initialize carried a resume token");
+    let pay = |n: u64| {
+        let mut params = call(&session, "mira");
+        params.name = "client__pay".into();
+        params.arguments = json!({"n": n});
+        params.meta.idempotency_key = Some("order-9".into());
+        params
+    };
+    let paid = on_a.call(pay(1), BUDGET).await.expect("the keyed call runs on C");
+    assert_eq!(first.observed.calls().len(), 1);
+
+    first.disconnect().await;
+    let mut second = SimDevice::resume(&b.url, &common::user("mira"), spec, Some(&token)).await.unwrap();
+    assert_eq!(second.ready().await.as_deref(), Some(session.as_str()));
+
+    let again = on_a.call(pay(1), BUDGET).await.expect("the retry replays on B");
+    assert_eq!(again.result, paid.result, "the first outcome, as the device gave it");
+    assert!(paid.receipt.is_some());
+    assert_eq!(again.receipt, paid.receipt, "with the original receipt");
+    assert_eq!(second.observed.calls().len(), 0, "the device is not asked again");
+    assert_eq!(second.observed.deduplicated(), Vec::<String>::new(), "not even to de-duplicate it");
+    let err = on_a.call(pay(2), BUDGET).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::IdempotencyConflict, "{err:?}");
+    let seen = on_a.inspect(&session, &common::user("mira"), SHORT).await.unwrap();
+    assert!(
+        seen.receipts.iter().any(|r| r.key.as_deref() == Some("order-9") && r.outcome == "ok"),
+        "the receipt moved: {:?}",
+        seen.receipts
+    );
+    assert_eq!(metric(&c, "tether_ledgers_handed_over_total").await, 1);
+    assert_eq!(metric(&b, "tether_ledgers_adopted_total").await, 1);
+    assert_eq!(metric(&b, "tether_keyed_replays_total").await, 1);
+}

@@ -271,6 +271,7 @@ async fn serve_claim(
                 stop.cancel();
                 // The new holder follows the session's tasks from here on.
                 claimed.tasks = tether_edge::session::hand_over_tasks(hub, session);
+                claimed.ledger = tether_edge::session::hand_over_ledger(hub, session);
             }
             Answer::of(outcome)
         }
@@ -293,7 +294,7 @@ async fn serve_read(inner: Arc<Inner>, hub: Arc<Hub>, session: String, message: 
         }
         Ok(ReadRequest { op, reader }) => {
             ClusterCounters::bump(&inner.counters().reads_served);
-            match op {
+            let answer = match op {
                 ReadOp::BeginTurn => Answer::of(Local.begin_turn(&hub, &session, &reader).await),
                 ReadOp::Inspect => Answer::of(Local.inspect(&hub, &session, &reader).await),
                 ReadOp::Manifest => {
@@ -317,6 +318,13 @@ async fn serve_read(inner: Arc<Inner>, hub: Arc<Hub>, session: String, message: 
                     &DecideParams { session: session.clone(), ..params },
                     &reader,
                 )),
+            };
+            // Refused because its device resumed elsewhere meanwhile (its tasks
+            // went with it): the asker waits for the new holder and asks there.
+            if answer.is_err() && !lock(&inner.held).contains_key(&session) {
+                Answer::of::<Value>(Err(crate::wire::moving(&session)))
+            } else {
+                answer
             }
         }
     };

@@ -32,7 +32,7 @@ use tether_rpc::lock;
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
 use crate::wire::{
-    encode, parse, Answer, CallRequest, ClaimRequest, ListRequest, ReadOp, ReadRequest, Reply,
+    encode, is_moving, parse, Answer, CallRequest, ClaimRequest, ListRequest, ReadOp, ReadRequest, Reply,
 };
 use crate::Inner;
 
@@ -340,7 +340,15 @@ impl ClusterRouter {
             let e = match self.inner.client.send_request(subject.clone(), request).await {
                 Ok(message) => {
                     return match parse::<Answer>(&message.payload, self.inner.config.max_message) {
-                        Ok(answer) => answer.into_result(),
+                        Ok(answer) => match answer.into_result() {
+                            Err(e) if is_moving(&e) => {
+                                if self.awaits_move(session, &mut moving).await {
+                                    continue;
+                                }
+                                Err(self.unheld(hub, session, true))
+                            }
+                            other => other,
+                        },
                         Err(e) => {
                             fallback!(self.counters().bad_messages, warn, session, error = %e, "answer from another edge dropped");
                             Err(WireError::new(

@@ -93,7 +93,27 @@ pub(crate) enum Answer {
     Err(Value),
 }
 
+/// The answer of an edge a session just left for another: ask the new holder.
+pub(crate) fn moving(session: &str) -> WireError {
+    WireError::new(ErrorKind::SessionNotFound, "the session is moving to another edge")
+        .with("session", session)
+        .with(MOVING, true)
+}
+
+/// The detail that marks [`moving`].
+const MOVING: &str = "moving";
+
+/// Whether `e` is [`moving`].
+pub(crate) fn is_moving(e: &WireError) -> bool {
+    e.details.get(MOVING).and_then(serde_json::Value::as_bool) == Some(true)
+}
+
 impl Answer {
+    /// Whether it answers an error.
+    pub(crate) fn is_err(&self) -> bool {
+        matches!(self, Answer::Err(_))
+    }
+
     pub(crate) fn of<T: Serialize>(outcome: Result<T, WireError>) -> Answer {
         match outcome.and_then(|v| {
             serde_json::to_value(v)

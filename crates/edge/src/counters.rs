@@ -74,6 +74,10 @@ tether_counters::counters! {
         tasks_handed_over,
         /// Tasks taken over from another edge with a session whose device resumed here.
         tasks_adopted,
+        /// Write ledgers (grants, keys, receipts) handed to another edge with their session.
+        ledgers_handed_over,
+        /// Write ledgers taken over from another edge with a session whose device resumed here.
+        ledgers_adopted,
     }
     fallbacks {
         /// Device connections that failed the handshake (initialize or first read).

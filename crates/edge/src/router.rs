@@ -19,6 +19,7 @@ use tether_contract::mcp::RawCallResult;
 use tether_contract::tasks::{TaskParams, TaskState};
 use tether_contract::writes::{DecideParams, Decided};
 use tether_counters::fallback;
+use tether_ledger::LedgerSnapshot;
 use tracing::info;
 
 use crate::hub::{BackendEvent, Hub};
@@ -86,42 +87,49 @@ pub enum TaskAnswer {
 ///
 /// On the wire it is the bare seq when there are no tasks, as before tasks
 /// moved: an edge of the previous release still reads it.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(from = "ClaimedWire")]
+#[derive(Debug, Default)]
 pub struct Claimed {
     /// The session's applied seq.
     pub seq: u64,
     /// The tasks the edge followed for the session, now the new holder's to follow.
     pub tasks: Vec<TaskHandover>,
+    /// The session's write ledger (grants, keys, receipts), when it had one.
+    pub ledger: Option<LedgerSnapshot<CallResponse<RawCallResult>>>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-enum ClaimedWire {
-    Seq(u64),
-    Full { seq: u64, tasks: Vec<TaskHandover> },
-}
-
-impl From<ClaimedWire> for Claimed {
-    fn from(wire: ClaimedWire) -> Claimed {
-        match wire {
-            ClaimedWire::Seq(seq) => Claimed { seq, tasks: Vec::new() },
-            ClaimedWire::Full { seq, tasks } => Claimed { seq, tasks },
+// Read through a JSON tree, not an untagged enum: serde's buffering of an
+// untagged enum cannot carry the raw results a ledger or a task holds.
+impl<'de> serde::Deserialize<'de> for Claimed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Claimed, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Full {
+            seq: u64,
+            #[serde(default)]
+            tasks: Vec<TaskHandover>,
+            #[serde(default)]
+            ledger: Option<LedgerSnapshot<CallResponse<RawCallResult>>>,
         }
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if let Some(seq) = value.as_u64() {
+            return Ok(Claimed { seq, ..Claimed::default() });
+        }
+        let Full { seq, tasks, ledger } = serde_json::from_value(value).map_err(serde::de::Error::custom)?;
+        Ok(Claimed { seq, tasks, ledger })
     }
 }
 
 impl serde::Serialize for Claimed {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.tasks.is_empty() {
+        if self.tasks.is_empty() && self.ledger.is_none() {
             return serializer.serialize_u64(self.seq);
         }
         #[derive(serde::Serialize)]
         struct Full<'a> {
             seq: u64,
             tasks: &'a [TaskHandover],
+            ledger: &'a Option<LedgerSnapshot<CallResponse<RawCallResult>>>,
         }
-        Full { seq: self.seq, tasks: &self.tasks }.serialize(serializer)
+        Full { seq: self.seq, tasks: &self.tasks, ledger: &self.ledger }.serialize(serializer)
     }
 }
 
@@ -334,7 +342,7 @@ impl Router for Local {
     ) -> Routed<'a, Claimed> {
         let claimed = Local::session(hub, session)
             .and_then(|s| s.claim(secret, principal))
-            .map(|seq| Claimed { seq, tasks: Vec::new() });
+            .map(|seq| Claimed { seq, ..Claimed::default() });
         Box::pin(std::future::ready(claimed))
     }
 
@@ -422,7 +430,7 @@ mod tests {
 
     #[test]
     fn a_claim_without_tasks_is_the_bare_seq_on_the_wire_as_before() {
-        let bare = serde_json::to_value(Claimed { seq: 7, tasks: Vec::new() }).unwrap();
+        let bare = serde_json::to_value(Claimed { seq: 7, ..Claimed::default() }).unwrap();
         assert_eq!(bare, json!(7), "an edge of the previous release reads it");
         let read: Claimed = serde_json::from_value(json!(7)).unwrap();
         assert_eq!((read.seq, read.tasks.len()), (7, 0));

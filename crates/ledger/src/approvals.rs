@@ -19,6 +19,8 @@ use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::writes::{ApprovalState, Approver, Binding, Decided, Differs};
 use tether_rpc::lock;
 
+use crate::snapshot::{ms, since, ApprovalSnapshot};
+
 /// A new approval request: what the caller is told to come back with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
@@ -29,7 +31,7 @@ pub struct Asked {
 }
 
 /// Who decided an approval, and when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Decision {
     /// The device's user, or the caller's.
     pub by: Approver,
@@ -182,6 +184,37 @@ impl Approvals {
         let (state, _) = watch::channel(ApprovalState::Pending);
         table.insert(id.clone(), Entry { binding, asked: now, decision: None, state });
         Some(Asked { id, expires_in: self.window })
+    }
+
+    /// The approvals still in their window, for another holder.
+    pub(crate) fn export(&self) -> Vec<ApprovalSnapshot> {
+        let now = Instant::now();
+        lock(&self.table)
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.asked) < self.window)
+            .map(|(id, e)| ApprovalSnapshot {
+                id: id.clone(),
+                binding: e.binding.clone(),
+                age_ms: ms(now.duration_since(e.asked)),
+                decision: e.decision,
+                state: *e.state.borrow(),
+            })
+            .collect()
+    }
+
+    /// Takes over another holder's approvals, as far as the window and cap allow.
+    pub(crate) fn import(&self, approvals: Vec<ApprovalSnapshot>) {
+        let now = Instant::now();
+        let mut table = lock(&self.table);
+        for a in approvals {
+            if Duration::from_millis(a.age_ms) >= self.window || table.len() >= self.cap {
+                continue;
+            }
+            let (state, _) = watch::channel(a.state);
+            let entry =
+                Entry { binding: a.binding, asked: since(now, a.age_ms), decision: a.decision, state };
+            table.entry(a.id).or_insert(entry);
+        }
     }
 
     /// The binding an approval was asked for (to show whoever decides it).

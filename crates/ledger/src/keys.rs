@@ -18,6 +18,8 @@ use tokio::time::Instant;
 use tether_contract::writes::{Fingerprint, ReceiptApproval};
 use tether_rpc::lock;
 
+use crate::snapshot::{ms, since, KeySnapshot};
+
 #[derive(Debug)]
 enum State<T> {
     /// A run is in flight; its outcome arrives here (None: it ended unknown).
@@ -164,6 +166,42 @@ impl<T: Clone + Send + Sync> Keys<T> {
             // The first run's outcome, or its end unknown; either way look again.
             let _ = running.wait_for(Option::is_some).await;
         }
+    }
+
+    /// The keys still remembered, for another holder: a run in flight as unknown.
+    pub(crate) fn export(&self) -> Vec<KeySnapshot<T>> {
+        let now = Instant::now();
+        let mut table = lock(&self.table);
+        self.evict(&mut table);
+        table
+            .iter()
+            .map(|(key, e)| KeySnapshot {
+                key: key.clone(),
+                fingerprint: e.fingerprint.clone(),
+                age_ms: ms(now.duration_since(e.at)),
+                outcome: match &e.state {
+                    State::Done(outcome) => Some(outcome.clone()),
+                    State::Running(_) | State::Unknown => None,
+                },
+                approval: e.approval.clone(),
+            })
+            .collect()
+    }
+
+    /// Takes over another holder's keys (one already here stays as it is).
+    pub(crate) fn import(&self, keys: Vec<KeySnapshot<T>>) {
+        let now = Instant::now();
+        let mut table = lock(&self.table);
+        for k in keys {
+            if Duration::from_millis(k.age_ms) >= self.max_age {
+                continue;
+            }
+            let state = k.outcome.map_or(State::Unknown, State::Done);
+            let entry =
+                Entry { fingerprint: k.fingerprint, at: since(now, k.age_ms), state, approval: k.approval };
+            table.entry(k.key).or_insert(entry);
+        }
+        self.evict(&mut table);
     }
 
     /// Drops finished keys past their age, then the oldest finished past the cap.

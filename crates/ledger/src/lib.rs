@@ -18,6 +18,7 @@ mod approvals;
 mod gate;
 mod keys;
 mod receipts;
+mod snapshot;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +26,7 @@ pub use approvals::{required, Approvals, Asked, Decision, Gone, Refusal};
 pub use gate::{Admit, Admitted, Refused, WriteCall};
 pub use keys::{Begin, KeyRun, Keys};
 pub use receipts::Receipts;
+pub use snapshot::LedgerSnapshot;
 
 /// How much a ledger keeps, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,22 @@ impl<T: Clone + Send + Sync> Ledger<T> {
             keys: Keys::new(limits.keys, limits.max_age),
             receipts: Receipts::new(limits.receipts, limits.max_age),
         }
+    }
+
+    /// Everything another holder needs to go on from here (a run in flight as unknown).
+    pub fn export(&self) -> LedgerSnapshot<T> {
+        LedgerSnapshot {
+            approvals: self.approvals.export(),
+            keys: self.keys.export(),
+            receipts: self.receipts.export(),
+        }
+    }
+
+    /// Takes over what another holder had, within this ledger's own bounds.
+    pub fn import(&self, snapshot: LedgerSnapshot<T>) {
+        self.approvals.import(snapshot.approvals);
+        self.keys.import(snapshot.keys);
+        self.receipts.import(snapshot.receipts);
     }
 }
 

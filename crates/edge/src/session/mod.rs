@@ -56,7 +56,7 @@ pub use tasks::{
     cancel as cancel_task, hand_over as hand_over_tasks, TaskHandover, TaskOutcome, TaskRecord,
     MAX_LIVE_TASKS,
 };
-pub use writes::EdgeLedger;
+pub use writes::{hand_over_ledger, EdgeLedger};
 
 use calls::{Answer, Late};
 
@@ -490,17 +490,21 @@ pub async fn serve_client<S, W>(
     W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
     let expires_at = device.expires_in.map(|d| Instant::now() + d);
-    let (resumed, tasks) = match device.resume.as_deref() {
+    let (resumed, claimed) = match device.resume.as_deref() {
         Some(token) => match claim(&hub, token, &device.principal).await {
-            Some((id, claimed)) => (Some((id, claimed.seq)), claimed.tasks),
-            None => (None, Vec::new()),
+            Some((id, claimed)) => (Some((id, claimed.seq)), claimed),
+            None => (None, Claimed::default()),
         },
-        None => (None, Vec::new()),
+        None => (None, Claimed::default()),
     };
     let (tx, rx) = crate::ws::outbox(hub.config.outbound_queue);
     let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
     // Filed before the session is reachable, so every edge that asks finds them here.
-    session.adopt(tasks);
+    if let Some(ledger) = claimed.ledger {
+        EdgeCounters::bump(&hub.counters().ledgers_adopted);
+        hub.ledger(&session.id).import(ledger);
+    }
+    session.adopt(claimed.tasks);
     let writer_session = Arc::clone(&session);
     let writer = tokio::spawn(async move {
         let closed = writer_session.socket_done.clone();

@@ -21,7 +21,7 @@ use tether_contract::writes::{
 };
 use tether_contract::Leg;
 use tether_counters::fallback;
-use tether_ledger::{Admit, Ledger, Refused, WriteCall};
+use tether_ledger::{Admit, Ledger, LedgerSnapshot, Refused, WriteCall};
 
 use super::{ms, Session};
 use crate::counters::EdgeCounters;
@@ -37,6 +37,23 @@ pub(super) struct Gated<'a> {
     pub(super) original: &'a str,
     pub(super) declaration: &'a ToolDeclaration,
     pub(super) leg: Duration,
+}
+
+/// The write ledger of `session`, for the edge its device resumed on (None
+/// when it has nothing to hand over). It stays here until the old socket's
+/// part ends; what that part still writes is not handed over, and a keyed
+/// call it had in flight moves as an unknown outcome.
+pub fn hand_over_ledger(
+    hub: &crate::hub::Hub,
+    session: &str,
+) -> Option<LedgerSnapshot<CallResponse<RawCallResult>>> {
+    let snapshot = hub.ledger_if_any(session)?.export();
+    if snapshot.is_empty() {
+        return None;
+    }
+    EdgeCounters::bump(&hub.counters().ledgers_handed_over);
+    info!(session, "write ledger handed over with its session to the edge the device resumed on");
+    Some(snapshot)
 }
 
 impl Session {
