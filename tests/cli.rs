@@ -406,3 +406,55 @@ fn a_second_sigterm_stops_a_drain_at_once() {
     });
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// Every call shape `tether bench` measures completes against a real edge
+/// without one error: a bench that counted refusals as calls (an approval it
+/// never got, a task it never followed) would measure nothing. The fleet and
+/// the driver run in this process here; the bench runs them as processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bench_call_shape_completes_against_a_real_edge_without_errors() {
+    use tether_harness::bench::driver::{self, DriverConfig, Shape};
+    use tether_harness::bench::fleet::{self, FleetConfig};
+    let data = data_dir("bench-shapes");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = data.join("tether.toml");
+    std::fs::write(&config, format!("jwt_secret = \"{}\"\n", common::SECRET)).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let (listening, _edge) =
+        spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0", "--config", &config]);
+    let url = listening.strip_prefix("listening on ").unwrap().to_owned();
+    let backend = common::keys().issue("bench-driver", "tether-backend", Duration::from_secs(600)).unwrap();
+    for shape in [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task] {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cfg = FleetConfig {
+            url: url.clone(),
+            devices: 4,
+            secret: common::SECRET.into(),
+            relay: false,
+            move_seq: false,
+            digest: false,
+            tasks: shape == Shape::Task,
+            source: None,
+        };
+        let devices = tokio::spawn(fleet::run(cfg, move |sessions| {
+            let _ = tx.send(sessions);
+        }));
+        let sessions = tokio::time::timeout(Duration::from_secs(10), rx).await.unwrap().unwrap();
+        let cfg = DriverConfig {
+            url: url.clone(),
+            backend_token: backend.clone(),
+            sessions,
+            tool: "client__op".into(),
+            links: 2,
+            in_flight: 8,
+            shape,
+            warmup: Duration::from_millis(100),
+            window: Duration::from_millis(400),
+        };
+        let report = driver::run(cfg, |_| {}).await.unwrap();
+        assert!(report.calls > 10, "{shape:?}: {report:?}");
+        assert_eq!(report.errors, 0, "{shape:?}: {report:?}");
+        devices.abort();
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}

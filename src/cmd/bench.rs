@@ -62,6 +62,9 @@ pub(crate) struct FleetArgs {
     /// Stamp a catalog digest beside the seq.
     #[arg(long)]
     digest: bool,
+    /// Declare the tool task-capable and run calls made as tasks as tasks.
+    #[arg(long)]
+    tasks: bool,
     /// Loopback source address to dial from (e.g. 127.0.0.2).
     #[arg(long)]
     source: Option<std::net::IpAddr>,
@@ -94,6 +97,9 @@ pub(crate) struct DriverArgs {
     /// The backend link's token.
     #[arg(long, env = "TETHER_BENCH_BACKEND_TOKEN", hide_env_values = true)]
     token: String,
+    /// What each call is: plain, keyed, approved or task.
+    #[arg(long, default_value = "plain")]
+    shape: driver::Shape,
 }
 
 /// Flags of `tether relay`.
@@ -167,6 +173,7 @@ pub(crate) async fn fleet(args: FleetArgs) -> Result<(), String> {
         relay: args.relay,
         move_seq: args.move_seq,
         digest: args.digest,
+        tasks: args.tasks,
         source: args.source,
     };
     fleet::run(cfg, |sessions| announce(&serde_json::to_string(&sessions).unwrap_or_default()))
@@ -186,6 +193,7 @@ pub(crate) async fn driver(args: DriverArgs) -> Result<(), String> {
         tool: args.tool,
         links: args.links,
         in_flight: args.in_flight,
+        shape: args.shape,
         warmup: std::time::Duration::from_millis(500),
         window: std::time::Duration::from_secs(args.seconds),
     };

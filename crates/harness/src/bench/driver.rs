@@ -6,6 +6,11 @@
 //! answer and sends the next, round-robin over the sessions with each
 //! session's own user credential. Nothing goes through tether-core: parsing
 //! a response is reading its id and whether it is an error.
+//!
+//! A [`Shape`] other than plain measures the write contract: each call with
+//! a fresh idempotency key, each one approved (the call, `approvals/decide`,
+//! the call again with its grant), or each one a task (the call made as a
+//! task, then `tasks/result`). Latency is the whole sequence's.
 
 use std::time::Duration;
 
@@ -22,6 +27,43 @@ use tokio_tungstenite::tungstenite::Message;
 use super::fleet::FleetSession;
 use crate::error::HarnessError;
 
+/// What one measured call is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// One `tools/call`.
+    #[default]
+    Plain,
+    /// One `tools/call` with a fresh idempotency key: a fingerprint, a key and a receipt.
+    Keyed,
+    /// A call that needs approval: refused with its approval id, decided, called again with the grant.
+    Approved,
+    /// A call made as a task (the device answers its task), then `tasks/result`.
+    Task,
+}
+
+impl Shape {
+    /// Its name in flags and tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Shape::Plain => "plain",
+            Shape::Keyed => "keyed",
+            Shape::Approved => "approved",
+            Shape::Task => "task",
+        }
+    }
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shape, String> {
+        [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task]
+            .into_iter()
+            .find(|shape| shape.name() == s)
+            .ok_or_else(|| format!("unknown call shape {s} (plain, keyed, approved, task)"))
+    }
+}
+
 /// What the driver process runs.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
@@ -37,6 +79,8 @@ pub struct DriverConfig {
     pub links: usize,
     /// Calls in flight across all links.
     pub in_flight: usize,
+    /// What each call is.
+    pub shape: Shape,
     /// Unmeasured warm-up before the window.
     pub warmup: Duration,
     /// The measured window.
@@ -84,6 +128,81 @@ fn frames(cfg: &DriverConfig) -> Vec<Frame> {
         .collect()
 }
 
+/// Where a slot's sequence is, for shapes of more than one request.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The call itself.
+    Call,
+    /// `approvals/decide` of the approval the call was refused for.
+    Decide(String),
+    /// The call again, with its grant.
+    Granted(String),
+    /// `tasks/result` of the task the call became.
+    Outcome(String),
+}
+
+/// The request a slot sends next (plain calls use the pre-built [`Frame`]s).
+fn shaped_request(cfg: &Shaped<'_>, id: usize, session: &FleetSession, step: &Step, key: u64) -> String {
+    let (method, params) = match step {
+        Step::Call | Step::Granted(_) => {
+            let mut meta = serde_json::json!({"credential": session.credential, "budget_ms": 12000});
+            match (cfg.shape, step) {
+                (Shape::Keyed, _) => meta["idempotency_key"] = format!("k{}-{key}", cfg.link).into(),
+                (Shape::Approved, Step::Granted(grant)) => {
+                    meta["tether.dev/approval_required"] = true.into();
+                    meta["tether.dev/approval"] = grant.as_str().into();
+                }
+                (Shape::Approved, _) => meta["tether.dev/approval_required"] = true.into(),
+                (Shape::Task, _) => meta["tether.dev/task"] = serde_json::json!({}),
+                _ => {}
+            }
+            let params = serde_json::json!({"session": session.session, "name": cfg.tool, "arguments": {"n": 1}, "_meta": meta});
+            ("tools/call", params)
+        }
+        Step::Decide(approval) => {
+            let params = serde_json::json!({"session": session.session, "approval": approval, "approve": true, "_meta": {"credential": session.credential}});
+            ("approvals/decide", params)
+        }
+        Step::Outcome(task) => {
+            let params = serde_json::json!({"session": session.session, "task": task, "_meta": {"credential": session.credential}});
+            ("tasks/result", params)
+        }
+    };
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// What a sequence does after an answer: the next step, or done (true: a result).
+fn after(shape: Shape, step: &Step, text: &str, failed: bool) -> Result<Step, bool> {
+    let read = || serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+    match (shape, step) {
+        (Shape::Approved, Step::Call) if failed => {
+            let answer = read();
+            let data = &answer["error"]["data"];
+            match (data["kind"].as_str(), data["approval"].as_str()) {
+                (Some("approval_required"), Some(id)) => Ok(Step::Decide(id.to_owned())),
+                _ => Err(false),
+            }
+        }
+        (Shape::Approved, Step::Decide(id)) if !failed => Ok(Step::Granted(id.clone())),
+        (Shape::Task, Step::Call) if !failed => {
+            // The backend response's `result` is the CallToolResult, whose `_meta` names the task.
+            match read()["result"]["result"]["_meta"]["tether.dev/task"]["task"].as_str() {
+                Some(task) => Ok(Step::Outcome(task.to_owned())),
+                None => Err(false),
+            }
+        }
+        (Shape::Approved, Step::Call) => Err(false),
+        _ => Err(!failed),
+    }
+}
+
+/// A link's view of the shape.
+struct Shaped<'a> {
+    shape: Shape,
+    tool: &'a str,
+    link: usize,
+}
+
 /// Drives load; `marks` is told `"measuring"` when the window opens and
 /// `"done"` when it closes (the parent samples the server's counters then).
 pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport, HarnessError> {
@@ -91,6 +210,7 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
         return Err(HarnessError::Peer("the driver was given no sessions".into()));
     }
     let frames = std::sync::Arc::new(frames(&cfg));
+    let sessions = std::sync::Arc::new(cfg.sessions.clone());
     let links = cfg.links.max(1).min(cfg.in_flight.max(1));
     let start = Instant::now();
     let open = start + cfg.warmup;
@@ -101,7 +221,8 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
         let (url, token, frames) =
             (cfg.url.clone(), cfg.backend_token.clone(), std::sync::Arc::clone(&frames));
         let first = l * 7919;
-        tasks.spawn(link(url, token, frames, slots, first, open, close));
+        let shaped = (cfg.shape, cfg.tool.clone(), std::sync::Arc::clone(&sessions), l);
+        tasks.spawn(link(url, token, frames, shaped, slots, first, open, close));
     }
     tokio::time::sleep_until(open).await;
     marks("measuring");
@@ -121,15 +242,18 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
 }
 
 /// One backend link with `slots` calls in flight; counts what lands in [open, close).
+#[allow(clippy::too_many_arguments)] // one link's whole setup, spawned once
 async fn link(
     url: String,
     token: String,
     frames: std::sync::Arc<Vec<Frame>>,
+    (shape, tool, sessions, link): (Shape, String, std::sync::Arc<Vec<FleetSession>>, usize),
     slots: usize,
     first: usize,
     open: Instant,
     close: Instant,
 ) -> Result<(u64, u64, Histogram<u64>), HarnessError> {
+    let shaped = Shaped { shape, tool: &tool, link };
     let mut request = format!("{url}/v1/backend")
         .into_client_request()
         .map_err(|e| HarnessError::Peer(format!("driver url: {e}")))?;
@@ -143,16 +267,27 @@ async fn link(
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let (mut calls, mut errors) = (0u64, 0u64);
     let mut sent = vec![Instant::now(); slots];
+    // Per slot: the session its sequence calls, and where the sequence is.
+    let mut at_session = vec![0usize; slots];
+    let mut steps = vec![Step::Call; slots];
+    let mut keys = 0u64;
     let mut next = first;
     let n = frames.len();
-    let frame = |slot: usize, next: &mut usize| {
-        *next = (*next + 7919) % n;
-        let f = &frames[*next];
-        format!("{}{slot}{}", f.prefix, f.suffix)
+    let mut frame = |slot: usize, next: &mut usize, at_session: &mut [usize], step: &Step| {
+        if matches!(step, Step::Call) {
+            *next = (*next + 7919) % n;
+            at_session[slot] = *next;
+        }
+        if shape == Shape::Plain {
+            let f = &frames[*next];
+            return format!("{}{slot}{}", f.prefix, f.suffix);
+        }
+        keys += 1;
+        shaped_request(&shaped, slot, &sessions[at_session[slot]], step, keys)
     };
     for (slot, at) in sent.iter_mut().enumerate() {
         *at = Instant::now();
-        ws.feed(Message::text(frame(slot, &mut next)))
+        ws.feed(Message::text(frame(slot, &mut next, &mut at_session, &Step::Call)))
             .await
             .map_err(|e| HarnessError::Peer(e.to_string()))?;
     }
@@ -176,13 +311,27 @@ async fn link(
             continue; // a notification (session events) or a stray
         };
         let now = Instant::now();
-        if sent[slot] >= open && now < close {
-            if answer.error.is_some() {
-                errors += 1;
-            } else {
-                calls += 1;
-                let us = u64::try_from(now.duration_since(sent[slot]).as_micros()).unwrap_or(u64::MAX);
-                let _ = h.record(us.max(1));
+        match after(shape, &steps[slot], text.as_str(), answer.error.is_some()) {
+            // The sequence goes on: its next request, its clock still running.
+            Ok(step) => {
+                let follow_up = frame(slot, &mut next, &mut at_session, &step);
+                steps[slot] = step;
+                if ws.send(Message::text(follow_up)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Err(ok) => {
+                if sent[slot] >= open && now < close {
+                    if ok {
+                        calls += 1;
+                        let us =
+                            u64::try_from(now.duration_since(sent[slot]).as_micros()).unwrap_or(u64::MAX);
+                        let _ = h.record(us.max(1));
+                    } else {
+                        errors += 1;
+                    }
+                }
             }
         }
         if now >= close {
@@ -190,7 +339,8 @@ async fn link(
             continue;
         }
         sent[slot] = now;
-        if ws.send(Message::text(frame(slot, &mut next))).await.is_err() {
+        steps[slot] = Step::Call;
+        if ws.send(Message::text(frame(slot, &mut next, &mut at_session, &Step::Call))).await.is_err() {
             break;
         }
     }

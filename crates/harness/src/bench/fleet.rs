@@ -3,7 +3,8 @@
 //! Each device holds its own principal (a real fleet has one user per
 //! device), answers `initialize` and `tools/list`, and answers every call at
 //! once with a fixed result that carries the seq — moved on every call when
-//! asked, so the edge re-reads the catalog each time. Nothing here goes
+//! asked, so the edge re-reads the catalog each time. With tasks, a call made
+//! as a task answers its task at once and the edge's `tasks/result` at once. Nothing here goes
 //! through tether-core or the simulated device: its cost stays off the
 //! server's books and cannot be the bottleneck that hides the server's cost.
 
@@ -22,6 +23,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use tether_contract::mcp::method;
+use tether_contract::tasks::method::TASKS_RESULT;
 
 use super::jwt::Signer;
 use crate::error::HarnessError;
@@ -46,6 +48,9 @@ pub struct FleetConfig {
     /// Stamp a catalog digest beside the seq (the catalog never changes, so
     /// the edge re-stamps a moved seq without re-reading).
     pub digest: bool,
+    /// Declare the tool task-capable and run a call made as a task as one:
+    /// answer its task at once, and the edge's `tasks/result` with the result.
+    pub tasks: bool,
     /// Loopback source address to dial from (127.0.0.x): each address has
     /// its own ~28,000 ephemeral ports, so large fleets spread over several.
     pub source: Option<std::net::IpAddr>,
@@ -68,6 +73,13 @@ struct Incoming<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
+}
+
+/// Whether a call asks to run as a task.
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    task: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +113,8 @@ pub async fn run(cfg: FleetConfig, ready: impl FnOnce(Vec<FleetSession>)) -> Res
             relay: cfg.relay,
             move_seq: cfg.move_seq,
             digest: cfg.digest,
+            tasks: cfg.tasks,
+            tasks_made: 0,
             source: cfg.source,
             seq: 1,
             total: cfg.devices,
@@ -141,6 +155,9 @@ struct Device {
     relay: bool,
     move_seq: bool,
     digest: bool,
+    tasks: bool,
+    /// Tasks made so far (their ids).
+    tasks_made: u64,
     source: Option<std::net::IpAddr>,
     seq: u64,
     total: usize,
@@ -189,7 +206,15 @@ impl Device {
             let Ok(frame) = serde_json::from_str::<Incoming<'_>>(text.as_str()) else { continue };
             let Some(method_name) = frame.method.as_deref() else { continue };
             let reply = match (method_name, frame.id) {
-                (method::TOOLS_CALL, Some(id)) => {
+                (method::TOOLS_CALL, Some(id)) if self.tasks && asks_task(frame.params) => {
+                    self.tasks_made += 1;
+                    Some(format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"task":{{"taskId":"t{}","status":"working","ttl":60000}}}}}}"#,
+                        id.get(),
+                        self.tasks_made,
+                    ))
+                }
+                (method::TOOLS_CALL | TASKS_RESULT, Some(id)) => {
                     if self.move_seq {
                         self.seq += 1;
                     }
@@ -201,8 +226,9 @@ impl Device {
                     ))
                 }
                 (method::TOOLS_LIST, Some(id)) => Some(format!(
-                    r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"op","description":"Answers at once.","inputSchema":{{"type":"object"}}}}],"_meta":{{"tether.dev/seq":{}{}}}}}}}"#,
+                    r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"op","description":"Answers at once.","inputSchema":{{"type":"object"}}{}}}],"_meta":{{"tether.dev/seq":{}{}}}}}}}"#,
                     id.get(),
+                    if self.tasks { r#","execution":{"taskSupport":"optional"}"# } else { "" },
                     self.seq,
                     self.digest_meta(),
                 )),
@@ -276,4 +302,11 @@ impl Device {
             self.all_ready.notify_one();
         }
     }
+}
+
+/// Whether a `tools/call`'s params ask for a task.
+fn asks_task(params: Option<&RawValue>) -> bool {
+    params
+        .and_then(|p| serde_json::from_str::<CallParams<'_>>(p.get()).ok())
+        .is_some_and(|p| p.task.is_some())
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-use super::driver::DriverReport;
+use super::driver::{DriverReport, Shape};
 use super::fleet::FleetSession;
 use super::{BenchConfig, Server, Target, SECRET};
 use crate::error::HarnessError;
@@ -36,6 +36,8 @@ pub struct IndependentRow {
     pub move_seq: bool,
     /// Whether the devices stamped a catalog digest beside the seq (sparing the re-read).
     pub digest: bool,
+    /// What each call is: plain, keyed, approved, or a task round trip.
+    pub shape: Shape,
     /// Calls answered in the window.
     pub calls: u64,
     /// Calls that failed or went unanswered.
@@ -113,6 +115,7 @@ pub(super) async fn measure(
     in_flight: usize,
     move_seq: bool,
     digest: bool,
+    shape: Shape,
 ) -> Result<IndependentRow, HarnessError> {
     let server = Server::start(cfg.exe_for(target), target)?;
     let relay = !target.is_tether();
@@ -126,6 +129,9 @@ pub(super) async fn measure(
     }
     if digest {
         fleet.arg("--digest");
+    }
+    if shape == Shape::Task {
+        fleet.arg("--tasks");
     }
     fleet.env("TETHER_BENCH_SECRET", SECRET);
     let (fleet, mut lines) = spawn(fleet, "bench-fleet")?;
@@ -153,7 +159,7 @@ pub(super) async fn measure(
         .arg("--sessions")
         .arg(&file)
         .args(["--links", &LINKS.to_string(), "--in-flight", &in_flight.to_string()])
-        .args(["--seconds", &cfg.seconds.to_string()])
+        .args(["--seconds", &cfg.seconds.to_string(), "--shape", shape.name()])
         .env("TETHER_BENCH_BACKEND_TOKEN", backend);
     let (mut driver, mut lines) = spawn(driver, "bench-driver")?;
     let (mut before, mut after) = (None, None);
@@ -177,6 +183,7 @@ pub(super) async fn measure(
         in_flight,
         move_seq,
         digest,
+        shape,
         calls: report.calls,
         errors: report.errors,
         calls_per_s: report.calls as f64 / cfg.seconds as f64,
@@ -219,21 +226,26 @@ pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, Harnes
     for &(sessions, in_flight) in loads {
         for target in [Target::Bare, Target::Tether] {
             eprintln!("bench (independent): {} sessions={sessions} in_flight={in_flight}", target.name());
-            rows.push(measure(cfg, target, sessions, in_flight, false, false).await?);
+            rows.push(measure(cfg, target, sessions, in_flight, false, false, Shape::Plain).await?);
         }
     }
     eprintln!("bench (independent): tether, seq moves on every call");
-    rows.push(measure(cfg, Target::Tether, 100, 64, true, false).await?);
+    rows.push(measure(cfg, Target::Tether, 100, 64, true, false, Shape::Plain).await?);
     eprintln!("bench (independent): tether, seq moves on every call under a fixed digest");
-    rows.push(measure(cfg, Target::Tether, 100, 64, true, true).await?);
+    rows.push(measure(cfg, Target::Tether, 100, 64, true, true, Shape::Plain).await?);
+    // The write contract's costs, beside the plain call above at the same load.
+    for shape in [Shape::Keyed, Shape::Approved, Shape::Task] {
+        eprintln!("bench (independent): tether, {} calls", shape.name());
+        rows.push(measure(cfg, Target::Tether, 100, 64, false, false, shape).await?);
+    }
     Ok(rows)
 }
 
 /// The independent table, with ratios against the relay at the same load.
 pub(super) fn table(rows: &[IndependentRow]) -> String {
     let mut out = String::from(
-        "| target | sessions | in flight | seq moves | calls/s | × relay | p50 µs | p99 µs | CPU µs/call | × relay | switches/call | × relay | r/w syscalls/call | errors | fleet / driver CPU µs/call |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| target | sessions | in flight | seq moves | call | calls/s | × relay | p50 µs | p99 µs | CPU µs/call | × relay | switches/call | × relay | r/w syscalls/call | errors | fleet / driver CPU µs/call |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let base = rows.iter().find(|b| {
@@ -242,7 +254,7 @@ pub(super) fn table(rows: &[IndependentRow]) -> String {
         let ratio =
             |x: f64, y: Option<f64>| y.filter(|y| *y > 0.0).map_or("—".into(), |y| format!("{:.2}", x / y));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {:.2} | {} | {:.2} | {} | {:.1} / {:.1} |\n",
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {} | {:.2} | {} | {:.2} | {} | {:.1} / {:.1} |\n",
             r.target.name(),
             r.sessions,
             r.in_flight,
@@ -251,6 +263,7 @@ pub(super) fn table(rows: &[IndependentRow]) -> String {
                 (true, false) => "every call",
                 (true, true) => "every call, digest",
             },
+            r.shape.name(),
             r.calls_per_s,
             ratio(r.calls_per_s, base.map(|b| b.calls_per_s)),
             r.p50_us,
