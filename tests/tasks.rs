@@ -206,3 +206,24 @@ async fn a_session_runs_at_most_its_limit_of_tasks_and_the_one_over_is_stopped_o
     wait_until(|| dev.observed.task_cancels().len() == 1).await;
     assert_eq!(edge.hub.counters().get("tasks_refused"), 1);
 }
+
+/// Outcomes are kept for their ttl, but a session keeps at most 256 final
+/// tasks: one more forgets the oldest (counted), never a running one.
+#[tokio::test(start_paused = true)]
+async fn a_session_keeps_at_most_its_limit_of_final_tasks_and_forgets_the_oldest_first() {
+    let edge = edge();
+    let link = Arc::new(edge.backend().await);
+    let (_dev, session) = connect(&edge, spec(Duration::ZERO), None).await;
+    let kept = tether_edge::session::MAX_KEPT_TASKS;
+    let mut tasks = Vec::new();
+    for _ in 0..kept {
+        tasks.push(start(&link, &session).await);
+    }
+    wait_until(|| edge.hub.counters().get("tasks_completed") == kept as u64).await;
+    let newest = start(&link, &session).await;
+    assert_eq!(edge.hub.counters().get("task_outcomes_forgotten"), 1);
+    let err = link.task(&about(&session, &tasks[0], "mira"), BUDGET).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidParams, "the oldest is forgotten: {err:?}");
+    link.task(&about(&session, &tasks[1], "mira"), BUDGET).await.expect("the next oldest is kept");
+    link.task_result(&about(&session, &newest, "mira"), BUDGET).await.expect("the newest runs to its end");
+}

@@ -134,6 +134,8 @@ tether_counters::counters! {
         tasks_refused,
         /// Device task statuses dropped: malformed, or for no task this edge follows.
         task_statuses_dropped,
+        /// Final tasks forgotten before their ttl: the session already kept its most (256).
+        task_outcomes_forgotten,
         /// Results refused for exceeding the result cap.
         results_too_large,
         /// Manifest candidates refused as not newer than the applied one.

@@ -84,6 +84,9 @@ pub struct Hub {
     /// Tasks this edge follows, by tether id: they outlive their socket
     /// (a resume), and their outcome outlives their session, for their ttl.
     tasks: DashMap<String, Arc<crate::session::TaskRecord>>,
+    /// The same tasks by session, oldest first: a session's are found without
+    /// a scan of every task the edge keeps.
+    session_tasks: DashMap<String, Vec<Arc<crate::session::TaskRecord>>>,
 }
 
 impl Hub {
@@ -121,6 +124,7 @@ impl Hub {
             router,
             ledgers: DashMap::new(),
             tasks: DashMap::new(),
+            session_tasks: DashMap::new(),
             schemas: crate::gate::SchemaCache::default(),
             catalogs: crate::shared::CatalogCache::default(),
         })
@@ -265,6 +269,7 @@ impl Hub {
 
     /// Files a task this edge follows.
     pub(crate) fn file_task(&self, task: Arc<crate::session::TaskRecord>) {
+        self.session_tasks.entry(task.session.clone()).or_default().push(Arc::clone(&task));
         self.tasks.insert(task.id.clone(), task);
     }
 
@@ -275,12 +280,18 @@ impl Hub {
 
     /// Every task of session `id` this edge follows.
     pub(crate) fn tasks_of(&self, id: &str) -> Vec<Arc<crate::session::TaskRecord>> {
-        self.tasks.iter().filter(|t| t.session == id).map(|t| Arc::clone(&t)).collect()
+        self.session_tasks.get(id).map(|t| t.clone()).unwrap_or_default()
     }
 
     /// Forgets a task whose life is over.
     pub(crate) fn forget_task(&self, id: &str) {
-        self.tasks.remove(id);
+        let Some((_, task)) = self.tasks.remove(id) else { return };
+        if let dashmap::Entry::Occupied(mut of_session) = self.session_tasks.entry(task.session.clone()) {
+            of_session.get_mut().retain(|t| !Arc::ptr_eq(t, &task));
+            if of_session.get().is_empty() {
+                of_session.remove();
+            }
+        }
     }
 
     /// Forgets the ledger of a session that moved to another edge.

@@ -54,7 +54,7 @@ pub use calls::ProgressRelay;
 pub use reader::MAX_STRIKES;
 pub use tasks::{
     cancel as cancel_task, hand_over as hand_over_tasks, TaskHandover, TaskOutcome, TaskRecord,
-    MAX_LIVE_TASKS,
+    MAX_KEPT_TASKS, MAX_LIVE_TASKS,
 };
 pub use writes::{hand_over_ledger, EdgeLedger};
 

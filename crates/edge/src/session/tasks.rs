@@ -42,6 +42,9 @@ fn cut(message: Option<String>) -> Option<String> {
 /// Most tasks one session may have running at once.
 pub const MAX_LIVE_TASKS: usize = 64;
 
+/// Most final tasks one session keeps for their outcome to be read.
+pub const MAX_KEPT_TASKS: usize = 256;
+
 /// The outcome a finished task answers `tasks/result` with.
 pub type TaskOutcome = Result<CallResponse<RawCallResult>, WireError>;
 
@@ -326,7 +329,15 @@ impl Session {
         ttl: Duration,
         seq: u64,
     ) -> Result<CallResponse<RawCallResult>, WireError> {
-        let live = self.hub.tasks_of(&self.id).iter().filter(|t| !t.status().is_terminal()).count();
+        let filed = self.hub.tasks_of(&self.id);
+        let live = filed.iter().filter(|t| !t.status().is_terminal()).count();
+        // Outcomes are kept for their ttl, but not without bound: past the
+        // most a session keeps, the oldest final ones go first.
+        let finished: Vec<_> = filed.iter().filter(|t| t.status().is_terminal()).collect();
+        for old in finished.iter().take((finished.len() + 1).saturating_sub(MAX_KEPT_TASKS)) {
+            self.hub.forget_task(&old.id);
+            fallback!(self.counters().task_outcomes_forgotten, info, session = %self.id, task = %old.id, kept = MAX_KEPT_TASKS, "task outcome forgotten before its ttl: the session keeps at most this many final tasks");
+        }
         if live >= MAX_LIVE_TASKS {
             // The device runs it, but nobody could follow it: stop it there.
             stop_on_device(&self.hub, &self.id, &device.task_id);
