@@ -541,6 +541,9 @@ async fn lost(holder: &mut Option<watch::Receiver<bool>>) {
     }
 }
 
+/// Unanswered waits for one task's outcome asked again before the loss is the caller's.
+const TASK_WAITS_LOST: u32 = 2;
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -669,14 +672,30 @@ impl Router for ClusterRouter {
         // Elsewhere, a wait for the outcome is cut to fit one request; the backend asks again.
         let op = match op {
             TaskOp::Outcome { wait_ms } => {
-                TaskOp::Outcome { wait_ms: wait_ms.min(ms(self.inner.config.read_timeout) / 2) }
+                TaskOp::Outcome { wait_ms: wait_ms.min(ms(self.inner.config.read_timeout) / 4) }
             }
             op => op,
         };
-        let read = ReadOp::Task { task: params.task.clone(), op };
         Box::pin(async move {
             let reader = Reader::User(owner.to_owned());
-            self.read(hub, &params.session, read, &reader).await
+            let mut lost = 0;
+            loop {
+                let read = ReadOp::Task { task: params.task.clone(), op };
+                match self.read(hub, &params.session, read, &reader).await {
+                    // A wait for the outcome asked while the session moves can
+                    // land on the edge it left, which never answers: that read
+                    // was counted lost; the wait goes on where the session is.
+                    Err(e)
+                        if matches!(op, TaskOp::Outcome { .. })
+                            && e.closed_reason() == Some("edge_lost")
+                            && lost < TASK_WAITS_LOST =>
+                    {
+                        lost += 1;
+                        tracing::info!(session = %params.session, task = %params.task, lost, "wait for a task's outcome got no answer; asking again where the session is");
+                    }
+                    other => return other,
+                }
+            }
         })
     }
 
