@@ -283,6 +283,15 @@ impl Hub {
         self.session_tasks.get(id).map(|t| t.clone()).unwrap_or_default()
     }
 
+    /// The task of session `id` that `mine` picks, found without copying the session's list.
+    pub(crate) fn task_of(
+        &self,
+        id: &str,
+        mine: impl Fn(&crate::session::TaskRecord) -> bool,
+    ) -> Option<Arc<crate::session::TaskRecord>> {
+        self.session_tasks.get(id)?.iter().find(|t| mine(t)).cloned()
+    }
+
     /// Forgets a task whose life is over.
     pub(crate) fn forget_task(&self, id: &str) {
         let Some((_, task)) = self.tasks.remove(id) else { return };

@@ -490,19 +490,19 @@ pub async fn serve_client<S, W>(
     W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
     let expires_at = device.expires_in.map(|d| Instant::now() + d);
-    let (resumed, claimed) = match device.resume.as_deref() {
-        Some(token) => match claim(&hub, token, &device.principal).await {
-            Some((id, claimed)) => (Some((id, claimed.seq)), claimed),
-            None => (None, Claimed::default()),
-        },
+    let claimed = match device.resume.as_deref() {
+        Some(token) => claim(&hub, token, &device.principal).await,
+        None => None,
+    };
+    let (resumed, claimed) = match claimed {
+        Some((id, claimed)) => (Some((id, claimed.seq)), claimed),
         None => (None, Claimed::default()),
     };
     let (tx, rx) = crate::ws::outbox(hub.config.outbound_queue);
     let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
     // Filed before the session is reachable, so every edge that asks finds them here.
     if let Some(ledger) = claimed.ledger {
-        EdgeCounters::bump(&hub.counters().ledgers_adopted);
-        hub.ledger(&session.id).import(ledger);
+        writes::adopt_ledger(&hub, &session.id, ledger);
     }
     session.adopt(claimed.tasks);
     let writer_session = Arc::clone(&session);

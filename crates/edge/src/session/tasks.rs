@@ -303,11 +303,7 @@ impl Session {
     pub(super) fn follow_adopted(&self) {
         for record in std::mem::take(&mut *lock(&self.adopted)) {
             if record.status().is_terminal() {
-                let hub = Arc::clone(&self.hub);
-                tokio::spawn(async move {
-                    tokio::time::sleep_until(record.created + record.ttl).await;
-                    forget_if_ours(&hub, &record);
-                });
+                tokio::spawn(keep_until_ttl(Arc::clone(&self.hub), record));
             } else {
                 tokio::spawn(follow(Arc::clone(&self.hub), record));
             }
@@ -392,7 +388,7 @@ impl Session {
         };
         let record = {
             let mut early = lock(&self.early_statuses);
-            let record = self.hub.tasks_of(&self.id).into_iter().find(|t| t.device_id == device.task_id);
+            let record = self.hub.task_of(&self.id, |t| t.device_id == device.task_id);
             if record.is_none() && early.asking > 0 {
                 // Read behind the answer that starts it, before that call filed it.
                 if early.hold(device).is_some() {
@@ -482,8 +478,12 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
         });
     }
     record.advance(&hub, status, None, Some(outcome));
-    // The outcome stays readable for the rest of the task's life.
-    tokio::time::sleep_until(deadline).await;
+    keep_until_ttl(hub, record).await;
+}
+
+/// Keeps a final task's outcome readable for the rest of its life, then forgets it.
+async fn keep_until_ttl(hub: Arc<Hub>, record: Arc<TaskRecord>) {
+    tokio::time::sleep_until(record.created + record.ttl).await;
     forget_if_ours(&hub, &record);
 }
 

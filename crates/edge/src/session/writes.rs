@@ -56,6 +56,17 @@ pub fn hand_over_ledger(
     Some(snapshot)
 }
 
+/// Takes over the write ledger another edge handed over with `session`.
+pub(super) fn adopt_ledger(
+    hub: &crate::hub::Hub,
+    session: &str,
+    snapshot: LedgerSnapshot<CallResponse<RawCallResult>>,
+) {
+    EdgeCounters::bump(&hub.counters().ledgers_adopted);
+    info!(session, "write ledger adopted from the edge that held the session");
+    hub.ledger(session).import(snapshot);
+}
+
 impl Session {
     /// Whether this call needs an approval: the edge's policy, or the backend's.
     fn needs_approval(&self, call: &Gated<'_>) -> bool {
