@@ -323,7 +323,9 @@ mod tests {
         pending.shrink_if_idle();
         assert!(lock(&pending.state).waiting.capacity() >= 1, "a table with a waiter keeps it");
         assert_eq!(pending.complete(held, "last"), Completion::Delivered, "the waiter survived");
-        assert!(lock(&pending.state).waiting.capacity() >= 20, "capacity stays until shrunk");
+        // Not >= 20: a removal that leaves a tombstone takes one off `capacity()`,
+        // and which removals do depends on the map's random hash seed.
+        assert!(lock(&pending.state).waiting.capacity() > 0, "capacity stays until shrunk");
         pending.shrink_if_idle();
         assert_eq!(lock(&pending.state).waiting.capacity(), 0, "nothing waits: nothing held");
         drop(requests);
