@@ -9,6 +9,11 @@
 //! `tasks/cancel`) and keeps a [`TaskState`] backends read by the tether
 //! task id: the same id across a resume and a move to another edge.
 //!
+//! A 2026-07-28 device declares the tasks extension ([`extension::ID`] in its
+//! `server/discover` capabilities) instead: any call whose request declares
+//! the extension too may answer `resultType: "task"` ([`ExtensionTask`]), and
+//! the edge polls `tasks/get` until the task is final, its outcome inline.
+//!
 //! On the backend link the call that made a task answers a normal result
 //! whose text says so and whose `_meta["tether.dev/task"]` is the
 //! [`TaskState`]: a backend that knows tasks follows it, one that does not
@@ -29,6 +34,14 @@ pub mod method {
     pub const TASKS_CANCEL: &str = "tasks/cancel";
     /// A task's status moved (device → edge, edge → backend).
     pub const STATUS: &str = "notifications/tasks/status";
+}
+
+/// The 2026-07-28 tasks extension (`io.modelcontextprotocol/tasks`).
+pub mod extension {
+    /// The extension's id in `capabilities.extensions`, declared by both sides.
+    pub const ID: &str = "io.modelcontextprotocol/tasks";
+    /// Device → edge: a task moved (the extension's name for the status notification).
+    pub const STATUS: &str = "notifications/tasks";
 }
 
 /// `_meta` keys of tasks.
@@ -137,12 +150,71 @@ pub struct CreateTaskResult {
     pub task: DeviceTask,
 }
 
+/// A task as the 2026-07-28 extension shapes it: the answer of a call that
+/// became one (`resultType: "task"`), and every `tasks/get` result, which
+/// carries the outcome once the task is final.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionTask {
+    /// `"task"` on the answer that starts it; `"complete"` on `tasks/get`.
+    #[serde(default)]
+    pub result_type: Option<String>,
+    /// The device's own id for it.
+    pub task_id: String,
+    /// Where it is.
+    pub status: TaskStatus,
+    /// A short human line about it.
+    #[serde(default)]
+    pub status_message: Option<String>,
+    /// When the device made it (ISO 8601).
+    #[serde(default)]
+    pub created_at: String,
+    /// When it last moved (ISO 8601).
+    #[serde(default)]
+    pub last_updated_at: String,
+    /// The time to live the device chose, in ms (null: unlimited).
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// How often the device suggests polling, in ms.
+    #[serde(default)]
+    pub poll_interval_ms: Option<u64>,
+    /// Once `completed`: the call's `CallToolResult`, as the device wrote it.
+    #[serde(default)]
+    pub result: Option<Box<serde_json::value::RawValue>>,
+    /// Once `failed`: the JSON-RPC error it failed with.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+impl ExtensionTask {
+    /// Whether this is the answer that starts a task (not a `tasks/get` result).
+    pub fn started(&self) -> bool {
+        self.result_type.as_deref() == Some("task")
+    }
+
+    /// The task in the shape the edge follows every device's task by.
+    pub fn device_task(&self) -> DeviceTask {
+        DeviceTask {
+            task_id: self.task_id.clone(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at: self.created_at.clone(),
+            last_updated_at: self.last_updated_at.clone(),
+            ttl: self.ttl_ms,
+            poll_interval: self.poll_interval_ms,
+        }
+    }
+}
+
 /// Params of `tasks/get`, `tasks/result` and `tasks/cancel` to a device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceTaskParams {
     /// The device's id of the task.
     pub task_id: String,
+    /// The 2026-07-28 envelope, which every request to such a device carries.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// A task as the edge tells backends: tether's id, stable across resumes and edges.
@@ -221,6 +293,24 @@ mod tests {
             serde_json::from_value(json!({"taskSupport": "required"})).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(exec.task_support, Some(TaskSupport::Required));
         assert!(TaskStatus::Cancelled.is_terminal() && !TaskStatus::InputRequired.is_terminal());
+    }
+
+    #[test]
+    fn the_extension_task_reads_mcp_2026_07_28_shapes() {
+        let started = r#"{"resultType": "task", "taskId": "t2", "status": "working", "createdAt": "2026-12-06T10:00:00Z",
+            "lastUpdatedAt": "2026-12-06T10:00:00Z", "ttlMs": 60000, "pollIntervalMs": 500}"#;
+        let t: ExtensionTask = serde_json::from_str(started).unwrap_or_else(|e| panic!("{e}"));
+        assert!(t.started());
+        let device = t.device_task();
+        assert_eq!((device.ttl, device.poll_interval), (Some(60000), Some(500)));
+        let done = r#"{"resultType": "complete", "taskId": "t2", "status": "completed", "createdAt": "",
+            "lastUpdatedAt": "", "ttlMs": null, "result": {"content": [{"type": "text", "text": "ok"}]}}"#;
+        let t: ExtensionTask = serde_json::from_str(done).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!t.started());
+        assert_eq!(
+            t.result.map(|r| r.get().to_owned()).as_deref(),
+            Some(r#"{"content": [{"type": "text", "text": "ok"}]}"#)
+        );
     }
 
     #[test]

@@ -168,6 +168,9 @@ pub struct Identity {
     pub concept: Option<Value>,
     /// The device asks its user to approve calls (`tether.dev/approvals: true`).
     pub approvals: bool,
+    /// The device speaks the 2026-07-28 tasks extension: any call that
+    /// declares it may become a task, which the edge follows by polling.
+    pub tasks: bool,
 }
 
 impl Identity {
@@ -175,7 +178,7 @@ impl Identity {
     pub fn new(server_info: &Value, instructions: Option<String>, concept: Option<Value>) -> Identity {
         let server_info =
             (!server_info.is_null()).then(|| serde_json::value::to_raw_value(server_info).ok()).flatten();
-        Identity { server_info, instructions, concept, approvals: false }
+        Identity { server_info, instructions, concept, approvals: false, tasks: false }
     }
 
     /// The same identity, saying whether the device asks its user to approve

@@ -81,6 +81,16 @@ pub fn envelope() -> Map<String, Value> {
     m
 }
 
+/// The envelope of a request that may be answered with a task: its client
+/// capabilities declare the tasks extension, which a device must see before
+/// it answers `resultType: "task"`.
+pub fn task_envelope() -> Map<String, Value> {
+    let mut m = envelope();
+    let extensions = json!({ tether_contract::tasks::extension::ID: {} });
+    m.insert(meta::CLIENT_CAPABILITIES.into(), json!({ "extensions": extensions }));
+    m
+}
+
 /// What a device said about itself in its `server/discover` result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Discovered {
@@ -90,6 +100,8 @@ pub struct Discovered {
     pub instructions: Option<String>,
     /// `_meta["tether.dev/concept"]`.
     pub concept: Option<Value>,
+    /// `capabilities.extensions` holds the tasks extension: its calls may become tasks.
+    pub tasks: bool,
 }
 
 /// Why a `server/discover` result cannot start a session.
@@ -131,6 +143,11 @@ pub fn read_discover(result: &Value) -> Result<Discovered, DiscoverError> {
         server_info: meta.and_then(|m| m.get(meta::SERVER_INFO)).cloned().unwrap_or(Value::Null),
         instructions: obj.get("instructions").and_then(Value::as_str).map(str::to_owned),
         concept: meta.and_then(|m| m.get(tether_contract::mcp::meta::CONCEPT)).cloned(),
+        tasks: obj
+            .get("capabilities")
+            .and_then(|c| c.get("extensions"))
+            .and_then(|e| e.get(tether_contract::tasks::extension::ID))
+            .is_some(),
     })
 }
 
@@ -149,6 +166,12 @@ mod tests {
         assert_eq!(d.server_info["name"], "kiosk");
         assert_eq!(d.instructions.as_deref(), Some("A kiosk."));
         assert_eq!(d.concept, Some(json!({"nouns": ["shelf"]})));
+        assert!(!d.tasks, "no tasks extension declared");
+        let mut with_tasks = ok.clone();
+        with_tasks["capabilities"]["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+        assert!(read_discover(&with_tasks).unwrap().tasks);
+        let declared = &task_envelope()[meta::CLIENT_CAPABILITIES];
+        assert_eq!(declared["extensions"]["io.modelcontextprotocol/tasks"], json!({}));
         assert_eq!(
             read_discover(&json!({"supportedVersions": ["2027-01-01"]})),
             Err(DiscoverError::Unsupported(vec!["2027-01-01".into()]))

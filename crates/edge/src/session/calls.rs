@@ -15,7 +15,7 @@ use tether_contract::backend::{CallParams, CallResponse, NamePair, Progress, Rec
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::{self, meta, method, RawCallResult, RawResultError};
-use tether_contract::tasks::{CreateTaskResult, TaskMetadata, TaskSupport};
+use tether_contract::tasks::{TaskMetadata, TaskSupport};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
@@ -264,7 +264,12 @@ impl Session {
         let Some(declaration) = applied.tools().iter().find(|t| t.name == params.name) else {
             return Err(WireError::new(ErrorKind::Internal, "a listed tool has no declaration"));
         };
-        let task = self.task_ttl(params, declaration.task_support());
+        let support = match declaration.task_support() {
+            // The 2026-07-28 extension has no per-tool flag: any call may become a task.
+            TaskSupport::Forbidden if self.speaks_task_extension() => TaskSupport::Optional,
+            declared => declared,
+        };
+        let task = self.task_ttl(params, support);
         let call = Gated { params, original: &original, declaration, leg };
         let deliver = self.deliver(params, &original, progress, &applied, leg, task);
         self.gated_write(call, deliver).await
@@ -298,7 +303,10 @@ impl Session {
         task: Option<Duration>,
     ) -> Result<CallResponse<RawCallResult>, WireError> {
         let result_cap = self.caps().result_bytes;
-        let mut call_meta = self.request_meta();
+        // A 2026-07-28 device sees that this call may become a task in the
+        // envelope; a 2025-11-25 device in the call's `task`.
+        let extension = task.is_some() && self.speaks_task_extension();
+        let mut call_meta = if extension { crate::revision::task_envelope() } else { self.request_meta() };
         call_meta.insert(meta::DEADLINE_MS.into(), Value::from(ms(leg)));
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
@@ -315,7 +323,7 @@ impl Session {
             name: original,
             arguments: &params.arguments,
             meta: &call_meta,
-            task: task.map(|ttl| TaskMetadata { ttl: Some(ms(ttl)) }),
+            task: task.filter(|_| !extension).map(|ttl| TaskMetadata { ttl: Some(ms(ttl)) }),
         };
         // While it is in flight, a status the device sends right behind its task is held for it.
         let _asking = task.map(|_| self.asking_task());
@@ -354,8 +362,8 @@ impl Session {
             .with("limit", result_cap));
         }
         if let Some(ttl) = task {
-            if let Ok(created) = serde_json::from_str::<CreateTaskResult>(raw.get()) {
-                return self.begin_task(created.task, &params.name, ttl, applied.seq);
+            if let Some(started) = Session::started_task(raw.get()) {
+                return self.begin_task(started, &params.name, ttl, applied.seq);
             }
             // A device may run an optional task inline: its answer is the result.
         }

@@ -92,7 +92,10 @@ impl Session {
         let found = crate::revision::read_discover(&value).map_err(|e| refused(&e))?;
         self.claimed_session(value.get("_meta").and_then(Value::as_object));
         let meta = value.get("_meta").and_then(Value::as_object);
-        Ok(Identity::new(&found.server_info, found.instructions, found.concept).with_approvals(meta))
+        let mut identity =
+            Identity::new(&found.server_info, found.instructions, found.concept).with_approvals(meta);
+        identity.tasks = found.tasks;
+        Ok(identity)
     }
 
     /// `meta` plus the session id the edge minted and, when resume is on,

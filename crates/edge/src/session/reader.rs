@@ -248,7 +248,9 @@ impl Session {
             self.relay_progress(params);
             return;
         }
-        if method == tether_contract::tasks::method::STATUS {
+        if method == tether_contract::tasks::method::STATUS
+            || method == tether_contract::tasks::extension::STATUS
+        {
             self.task_moved(params);
             return;
         }

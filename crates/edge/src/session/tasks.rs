@@ -8,6 +8,10 @@
 //! comes back, the task ends `channel_closed`, outcome unknown. Backends
 //! read it with `tasks/get` and `tasks/result` and stop it with
 //! `tasks/cancel`; every status move is published to them.
+//!
+//! A 2026-07-28 device's task (the tasks extension) has no blocking
+//! `tasks/result`: the follower polls `tasks/get` every poll interval, and
+//! the status it reads moves the task as a status notification would.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -21,7 +25,7 @@ use tracing::info;
 use tether_contract::backend::CallResponse;
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::mcp::RawCallResult;
-use tether_contract::tasks::{method, DeviceTask, DeviceTaskParams, TaskState, TaskStatus};
+use tether_contract::tasks::{method, DeviceTask, DeviceTaskParams, ExtensionTask, TaskState, TaskStatus};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::lock;
@@ -73,6 +77,8 @@ pub struct TaskRecord {
     tool: String,
     /// The device's own id.
     device_id: String,
+    /// Followed by polling `tasks/get` (the 2026-07-28 extension), not by `tasks/result`.
+    polled: bool,
     created: Instant,
     ttl: Duration,
     poll: Duration,
@@ -89,6 +95,9 @@ pub struct TaskHandover {
     owner: String,
     tool: String,
     device_id: String,
+    /// Absent from an edge of the previous release, which followed only `tasks/result`.
+    #[serde(default)]
+    polled: bool,
     age_ms: u64,
     ttl_ms: u64,
     poll_ms: u64,
@@ -138,6 +147,7 @@ pub fn hand_over(hub: &Hub, session: &str) -> Vec<TaskHandover> {
                 owner: record.owner.clone(),
                 tool: record.tool.clone(),
                 device_id: record.device_id.clone(),
+                polled: record.polled,
                 age_ms: ms(record.created.elapsed()),
                 ttl_ms: ms(record.ttl),
                 poll_ms: ms(record.poll),
@@ -173,6 +183,20 @@ impl TaskRecord {
 
     fn status(&self) -> TaskStatus {
         lock(&self.state).status
+    }
+
+    /// What the device said about a running task (a status notification, or
+    /// a poll): it moves when its status or its line changed.
+    fn device_said(&self, hub: &Hub, status: TaskStatus, message: Option<String>) {
+        let status = running(status);
+        let message = cut(message);
+        let moved = {
+            let moves = lock(&self.state);
+            status != moves.status || (message.is_some() && message != moves.message)
+        };
+        if moved {
+            self.advance(hub, status, message, None);
+        }
     }
 
     /// Moves a running task to `status` (with the device's line); a final task stays as it is.
@@ -279,6 +303,7 @@ impl Session {
                 owner: task.owner,
                 tool: task.tool,
                 device_id: task.device_id,
+                polled: task.polled,
                 created: now.checked_sub(age).unwrap_or(now),
                 ttl: Duration::from_millis(task.ttl_ms),
                 poll: Duration::from_millis(task.poll_ms),
@@ -316,11 +341,34 @@ impl Session {
         Asking(self)
     }
 
+    /// Whether the device speaks the 2026-07-28 tasks extension: any of its
+    /// calls may become a task when the request declares the extension.
+    pub(super) fn speaks_task_extension(&self) -> bool {
+        self.handshake.get().is_some_and(|h| h.identity.tasks)
+    }
+
+    /// Params of a request about one of the device's tasks, in its revision.
+    fn device_task_params(&self, device_id: &str) -> DeviceTaskParams {
+        let meta = self.revision().stateless().then(crate::revision::task_envelope);
+        DeviceTaskParams { task_id: device_id.to_owned(), meta }
+    }
+
+    /// The task a device answered a call made as one with, in either
+    /// revision's shape; None when it answered inline.
+    pub(super) fn started_task(raw: &str) -> Option<(DeviceTask, bool)> {
+        if let Ok(created) = serde_json::from_str::<tether_contract::tasks::CreateTaskResult>(raw) {
+            return Some((created.task, false));
+        }
+        let extension = serde_json::from_str::<ExtensionTask>(raw).ok().filter(ExtensionTask::started)?;
+        Some((extension.device_task(), true))
+    }
+
     /// Files the task a device answered a call with, starts following it, and
     /// returns what the call answers: a sentence and the task's state.
+    /// `polled`: the device's task is followed by polling `tasks/get`.
     pub(super) fn begin_task(
         &self,
-        device: DeviceTask,
+        (device, polled): (DeviceTask, bool),
         tool: &str,
         ttl: Duration,
         seq: u64,
@@ -360,6 +408,7 @@ impl Session {
             owner: self.principal.clone(),
             tool: tool.to_owned(),
             device_id: device.task_id,
+            polled,
             created: Instant::now(),
             ttl,
             poll,
@@ -402,10 +451,7 @@ impl Session {
             fallback!(self.counters().task_statuses_dropped, debug, session = %self.id, task = %device.task_id, "device task status dropped: for no task this edge follows");
             return;
         };
-        let status = running(device.status);
-        if status != record.status() || device.status_message.is_some() {
-            record.advance(&self.hub, status, cut(device.status_message), None);
-        }
+        record.device_said(&self.hub, device.status, device.status_message);
     }
 }
 
@@ -422,7 +468,7 @@ fn running(status: TaskStatus) -> TaskStatus {
 /// Tells a task's device to stop it (`tasks/cancel`), without holding up the caller.
 fn stop_on_device(hub: &Hub, session: &str, device_id: &str) {
     let Some(session) = hub.session(session) else { return };
-    let params = DeviceTaskParams { task_id: device_id.to_owned() };
+    let params = session.device_task_params(device_id);
     let leg = hub.config.budgets.tool_call;
     tokio::spawn(async move {
         if let Err(e) = session.request(method::TASKS_CANCEL, params, leg, method::TASKS_CANCEL, false).await
@@ -447,9 +493,13 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
         if left.is_zero() {
             break Err(expired(&hub, &record));
         }
-        let params = DeviceTaskParams { task_id: record.device_id.clone() };
-        // Keyed: it waits out a detach, and ends Resumed when the device comes back.
-        let answer = session.request(method::TASKS_RESULT, params, left, &record.tool, true).await;
+        let answer = if record.polled {
+            poll(&hub, &session, &record, left).await
+        } else {
+            let params = session.device_task_params(&record.device_id);
+            // Keyed: it waits out a detach, and ends Resumed when the device comes back.
+            session.request(method::TASKS_RESULT, params, left, &record.tool, true).await
+        };
         if handed_over(&hub, &record) {
             // The session resumed on another edge, which follows the task now.
             return;
@@ -479,6 +529,59 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
     }
     record.advance(&hub, status, None, Some(outcome));
     keep_until_ttl(hub, record).await;
+}
+
+/// The 2026-07-28 extension's way to a task's outcome: `tasks/get` every
+/// poll interval, for at most `left`, until the device says it is final.
+/// Answers as the device's `tasks/result` would: the call's result, or the
+/// error it ended with. A poll is keyed, so it waits out a detach and ends
+/// `Resumed` when the device comes back (the follower asks again there).
+async fn poll(
+    hub: &Hub,
+    session: &Session,
+    record: &TaskRecord,
+    left: Duration,
+) -> Result<(Box<RawValue>, usize), RequestError> {
+    let deadline = Instant::now() + left;
+    loop {
+        if record.status() == TaskStatus::Cancelled {
+            // Cancelled here; the device was told, and nothing is left to wait for.
+            return Err(RequestError::Remote(
+                serde_json::json!({"code": -32800, "message": "the task was cancelled"}),
+            ));
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let params = session.device_task_params(&record.device_id);
+        let (raw, _) = session.request(method::TASKS_GET, params, wait, &record.tool, true).await?;
+        let task: ExtensionTask = serde_json::from_str(raw.get())
+            .map_err(|e| RequestError::Malformed(format!("device sent a malformed tasks/get result: {e}")))?;
+        match task.status {
+            TaskStatus::Completed => {
+                let result = task.result.ok_or_else(|| {
+                    RequestError::Malformed("device said the task completed but sent no result".into())
+                })?;
+                let bytes = result.get().len();
+                return Ok((result, bytes));
+            }
+            TaskStatus::Failed => {
+                let why =
+                    serde_json::json!({"code": -32603, "message": "the task failed without saying why"});
+                return Err(RequestError::Remote(task.error.unwrap_or(why)));
+            }
+            TaskStatus::Cancelled => {
+                let why = serde_json::json!({"code": -32800, "message": "the device cancelled the task"});
+                return Err(RequestError::Remote(why));
+            }
+            TaskStatus::Working | TaskStatus::InputRequired => {
+                record.device_said(hub, task.status, task.status_message);
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(RequestError::Timeout { id: 0 });
+        }
+        tokio::time::sleep_until(deadline.min(now + record.poll)).await;
+    }
 }
 
 /// Keeps a final task's outcome readable for the rest of its life, then forgets it.
