@@ -37,6 +37,8 @@ enum Command {
     Token(cmd::token::Args),
     /// Connect a simulated device (the realistic fixture device) and keep it online.
     SimDevice(cmd::sim_device::Args),
+    /// Serve a simulated MCP server on stdio (its slow tool runs as a task), to try `tether bridge` with.
+    SimServer(cmd::sim_server::Args),
     /// Present a stdio MCP server to the edge as a device (restarted if it exits).
     Bridge(cmd::bridge::Args),
     /// Call a tool on a session, as an agent backend would.
@@ -71,6 +73,7 @@ async fn run(command: Command) -> Result<(), String> {
         Command::Config { action } => cmd::config::run(action),
         Command::Token(args) => cmd::token::run(args),
         Command::SimDevice(args) => cmd::sim_device::run(args).await,
+        Command::SimServer(args) => cmd::sim_server::run(args).await,
         Command::Bridge(args) => cmd::bridge::run(args).await,
         Command::Call(args) => cmd::read::call(args).await,
         Command::Inspect(args) => cmd::read::inspect(args).await,

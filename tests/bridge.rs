@@ -26,6 +26,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use common::{capture_logs, test_config, user, wait_until, LiveEdge, WAIT_LIMIT};
 use tether_bridge::{Bridge, BridgeConfig, BridgeStatus, DeadlinePolicy, Lifecycle};
+use tether_contract::tasks::{TaskState, TaskStatus};
 use tether_contract::{Budgets, ErrorKind};
 use tether_core::{Notification, Turn};
 
@@ -718,6 +719,77 @@ async fn the_tether_binary_bridges_a_server_from_the_command_line() {
     let status = tokio::time::timeout(WAIT_LIMIT, child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status}");
     wait_until(|| edge.hub.session_count() == 0).await;
+}
+
+/// `tether sim-server`, a server on the official Rust SDK (rmcp) that speaks
+/// the 2026-07-28 tasks extension, bridged: its slow tool runs as a task the
+/// edge polls through the bridge, its status line reaches the backend, a
+/// cancel reaches the server, and a caller that cannot follow a task waits
+/// for the outcome inline.
+#[tokio::test]
+async fn a_servers_tasks_go_through_the_bridge_polled_by_the_edge_and_cancelled_on_the_server() {
+    let edge = LiveEdge::start().await;
+    let command = vec![
+        env!("CARGO_BIN_EXE_tether").to_owned(),
+        "sim-server".into(),
+        "--signing-ms".into(),
+        "400".into(),
+    ];
+    let bridge = Bridge::start(config(&edge, command)).unwrap();
+    let session = session(&bridge).await;
+    let link = edge.backend().await;
+    let mut notes = link.notifications().unwrap();
+    let sign = |task: bool| {
+        let meta = tether_contract::backend::CallMeta {
+            credential: Some(user("mira")),
+            task: task.then_some(tether_contract::tasks::TaskMetadata { ttl: None }),
+            ..Default::default()
+        };
+        let arguments = json!({"order": "A-104"});
+        tether_contract::backend::CallParams {
+            session: session.clone(),
+            name: "client__collect_signature".into(),
+            arguments,
+            meta,
+        }
+    };
+    let about = |task: &TaskState| tether_contract::tasks::TaskParams {
+        session: session.clone(),
+        task: task.task.clone(),
+        meta: tether_contract::backend::ReadMeta { credential: Some(user("mira")) },
+    };
+    let budget = Duration::from_secs(12);
+
+    let started = link.call(sign(true), budget).await.unwrap();
+    let task = TaskState::in_result(started.result.meta.as_ref()).expect("the call became the server's task");
+    assert_eq!(task.status, TaskStatus::Working);
+    let outcome = link.task_result(&about(&task), WAIT_LIMIT).await.unwrap();
+    assert_eq!(text(&outcome.result), "signature collected for order A-104");
+    let signing = notification(
+        &mut notes,
+        |n| matches!(n, Notification::TaskStatus(t) if t.status_message.as_deref() == Some("the customer is signing")),
+    );
+    signing.await;
+    assert_eq!(bridge.counters().try_get("tasks_started"), Some(1));
+
+    let started = link.call(sign(true), budget).await.unwrap();
+    let second = TaskState::in_result(started.result.meta.as_ref()).unwrap();
+    link.cancel_task(&about(&second), budget).await.unwrap();
+    wait_until(|| bridge.counters().try_get("task_cancels_forwarded") == Some(1)).await;
+    assert_eq!(bridge.counters().try_get("task_cancels_forwarded"), Some(1), "the cancel reached the server");
+    assert_eq!(
+        bridge.counters().try_get("task_requests_failed"),
+        Some(0),
+        "the server knew the task it was asked about"
+    );
+
+    let inline = link.call(sign(false), budget).await.unwrap();
+    assert!(
+        TaskState::in_result(inline.result.meta.as_ref()).is_none(),
+        "no task for a caller that cannot follow one"
+    );
+    assert_eq!(text(&inline.result), "signature collected for order A-104");
+    assert_eq!(bridge.counters().try_get("tasks_started"), Some(2));
 }
 
 /// A stand-in edge's listener on loopback, and a configuration for a bridge

@@ -677,6 +677,7 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
         "list_failures",
         "tools_unreadable",
         "subscription_failures",
+        "task_requests_failed",
     ];
     check_counters_but(
         tether_bridge::BridgeCounters::describe(),

@@ -286,7 +286,7 @@ mod rmcp_device {
     /// `tasks/get`, stopped with `tasks/cancel`.
     #[derive(Clone, Default)]
     struct TaskScanner {
-        started: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+        started: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
         cancelled: Arc<Mutex<Vec<String>>>,
         inline: Arc<Mutex<usize>>,
     }
@@ -325,7 +325,7 @@ mod rmcp_device {
                 return Ok(CallToolResult::success(vec![ContentBlock::text("scanned inline")]).into());
             }
             let id = format!("aisle-{}", self.started.lock().unwrap().len() + 1);
-            self.started.lock().unwrap().insert(id.clone(), std::time::Instant::now());
+            self.started.lock().unwrap().insert(id.clone(), tokio::time::Instant::now());
             let task = Task::new(id, TaskStatus::Working, stamp(), stamp())
                 .with_ttl_ms(60_000)
                 .with_poll_interval_ms(50)

@@ -8,5 +8,6 @@ pub(crate) mod gateway;
 pub(crate) mod read;
 pub(crate) mod serve;
 pub(crate) mod sim_device;
+pub(crate) mod sim_server;
 pub(crate) mod soak;
 pub(crate) mod token;

@@ -21,8 +21,14 @@ tether_counters::counters! {
         calls_cancelled_by_edge,
         /// Server `list_changed` notifications forwarded to the edge.
         list_changed_forwarded,
+        /// Calls the server answered with a task (2026-07-28 tasks extension), sent on to the edge.
+        tasks_started,
+        /// `tasks/cancel` from the edge sent on to the server.
+        task_cancels_forwarded,
     }
     fallbacks {
+        /// `tasks/get` or `tasks/cancel` the server refused or did not answer in time (the edge gets the error).
+        task_requests_failed,
         /// Starts that failed: spawn error, handshake error or timeout.
         server_start_failures,
         /// Times the MCP server process ended while the bridge wanted it running.

@@ -38,6 +38,7 @@ mod link;
 mod paging;
 mod server;
 mod supervisor;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -39,6 +39,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp::{meta, method};
+use tether_contract::tasks::{self, method as tasks_method};
 use tether_contract::{Budgets, ErrorKind, WireError, CLIENT_PATH, CLIENT_SUBPROTOCOL, MCP_PROTOCOL_VERSION};
 use tether_counters::fallback;
 
@@ -296,6 +297,11 @@ impl Link {
                     );
                 }
                 method::TOOLS_CALL => self.start_call(id, &params),
+                tasks_method::TASKS_GET | tasks_method::TASKS_CANCEL
+                    if self.modern() && self.server.runs_tasks() =>
+                {
+                    self.forward_task_request(id, &method, &params)
+                }
                 method::PING => self.send_now(jsonrpc::response(&id, &self.complete(json!({})))),
                 other => {
                     fallback!(
@@ -413,7 +419,7 @@ impl Link {
                 json!({
                     "resultType": "complete",
                     "supportedVersions": [modern::VERSION],
-                    "capabilities": {"tools": {"listChanged": true}},
+                    "capabilities": self.discover_capabilities(),
                     "ttlMs": 0,
                     "cacheScope": "private",
                     "_meta": {modern::SERVER_INFO: server_info},
@@ -544,6 +550,7 @@ impl Link {
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .unwrap_or(Budgets::default().tool_call);
+        let as_task = self.modern() && self.server.runs_tasks() && crate::tasks::declares_tasks(params);
         let key = id.to_string();
         let (stop_tx, stop_rx) = oneshot::channel();
         lock(&self.calls).insert(key.clone(), stop_tx);
@@ -551,17 +558,63 @@ impl Link {
         let span = tracing::info_span!("call", tool = %name, id = %key);
         tokio::spawn(
             async move {
-                let outcome =
-                    link.server.call(&name, arguments, deadline, link.shared.deadline, stop_rx).await;
+                let outcome = link
+                    .server
+                    .call(&name, arguments, as_task, deadline, link.shared.deadline, stop_rx)
+                    .await;
                 lock(&link.calls).remove(&key);
                 let result = match outcome {
                     CallOutcome::Answered(result) => result,
+                    CallOutcome::Task(task) => {
+                        // The server's own answer: `resultType: "task"`, no seq stamp.
+                        link.send(jsonrpc::response(&id, &task)).await;
+                        return;
+                    }
                     CallOutcome::Failed(failure) => failure.to_result(),
                     CallOutcome::Unanswered => return,
                 };
                 link.answer(&id, result).await;
             }
             .instrument(span),
+        );
+    }
+
+    /// What a 2026-07-28 device of this server declares: tools, and the tasks
+    /// extension when the server declares it.
+    fn discover_capabilities(&self) -> Value {
+        let mut capabilities = json!({"tools": {"listChanged": true}});
+        if self.server.runs_tasks() {
+            capabilities["extensions"] = json!({ tasks::extension::ID: {} });
+        }
+        capabilities
+    }
+
+    /// Forwards the edge's `tasks/get` or `tasks/cancel` to the server and
+    /// sends its answer back (a frame too large becomes an error, counted).
+    fn forward_task_request(self: &Arc<Self>, id: Value, method_name: &str, params: &Value) {
+        let Some(task_id) = params.get("taskId").and_then(Value::as_str).map(str::to_owned) else {
+            let err = WireError::new(ErrorKind::InvalidParams, format!("{method_name} needs a taskId"));
+            self.send_now(jsonrpc::error_response(&id, &err));
+            return;
+        };
+        let (link, method_name) = (Arc::clone(self), method_name.to_owned());
+        tokio::spawn(
+            async move {
+                let mut frame = match link.server.task_request(&method_name, task_id).await {
+                    Ok(answer) => jsonrpc::response(&id, &answer),
+                    Err(e) => jsonrpc::error_response(&id, &e),
+                };
+                if frame.len() > link.shared.ceiling {
+                    fallback!(link.shared.counters.results_too_large, warn, bytes = frame.len(), ceiling = link.shared.ceiling, "server task answer too large for one frame; answered with an error");
+                    let err = WireError::new(
+                        ErrorKind::PayloadTooLarge,
+                        format!("the MCP server's answer to {method_name} is {} bytes, more than one {}-byte frame can carry", frame.len(), link.shared.ceiling),
+                    );
+                    frame = jsonrpc::error_response(&id, &err);
+                }
+                link.send(frame).await;
+            }
+            .in_current_span(),
         );
     }
 

@@ -267,6 +267,9 @@ impl Failure {
 pub(crate) enum CallOutcome {
     /// The server's `CallToolResult` (possibly its own `isError`), as JSON.
     Answered(Value),
+    /// The server made a task of it: its `CreateTaskResult` (`resultType:
+    /// "task"`), sent on to the edge as it is.
+    Task(Value),
     /// The call failed on the way; answer with [`Failure::to_result`].
     Failed(Failure),
     /// The edge stopped waiting: cancelled on the server, and not answered.
@@ -466,6 +469,21 @@ impl Server {
             .unwrap_or_else(|| json!({"name": &*self.name, "version": "unknown"}))
     }
 
+    /// What the server declared it supports.
+    pub(crate) fn capabilities(&self) -> &rmcp::model::ServerCapabilities {
+        &self.info.capabilities
+    }
+
+    /// The rmcp peer requests to the server go through.
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// The bridge's counters.
+    pub(crate) fn counters(&self) -> &BridgeCounters {
+        &self.counters
+    }
+
     /// The server's instructions for the model.
     pub(crate) fn instructions(&self) -> Option<&str> {
         self.info.instructions.as_deref()
@@ -496,10 +514,14 @@ impl Server {
     /// the edge's `deadline` (under `policy`), the edge stopping, or the server
     /// abandoning the call. Whatever the bridge stops waiting for is cancelled
     /// on the server through rmcp (`RequestHandle::cancel` sends `notifications/cancelled`).
+    /// With `as_task` the request declares the tasks extension, so the server
+    /// may answer with its task (see `tasks.rs`).
+    #[allow(clippy::too_many_arguments)] // each is one fact about this call
     pub(crate) async fn call(
         &self,
         name: &str,
         arguments: Option<Map<String, Value>>,
+        as_task: bool,
         deadline: Duration,
         policy: DeadlinePolicy,
         mut edge: oneshot::Receiver<Stop>,
@@ -510,11 +532,8 @@ impl Server {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut handle = match self
-            .peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-        {
+        let options = if as_task { Server::task_options() } else { PeerRequestOptions::no_options() };
+        let mut handle = match self.peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {
                 fallback!(self.counters.calls_server_gone, warn, server = %self.name, tool = name, error = %e, "call not sent: the MCP server could not be reached");
@@ -596,6 +615,21 @@ impl Server {
                         "unsupported_result",
                         false,
                         format!("The MCP server's result could not be read: {e}"),
+                    ))
+                }
+            },
+            Ok(Ok(ServerResult::CreateTaskResult(task))) => match serde_json::to_value(&task) {
+                Ok(v) => {
+                    BridgeCounters::bump(&c.tasks_started);
+                    info!(server = %self.name, task = %task.task.task_id, "the server answered the call with a task; the edge follows it");
+                    CallOutcome::Task(v)
+                }
+                Err(e) => {
+                    fallback!(c.calls_unsupported_result, warn, server = %self.name, error = %e, "the server's task could not be read");
+                    CallOutcome::Failed(Failure::new(
+                        "unsupported_result",
+                        false,
+                        format!("The MCP server's task could not be read: {e}"),
                     ))
                 }
             },

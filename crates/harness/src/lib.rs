@@ -20,6 +20,7 @@ pub mod error;
 pub mod faults;
 pub mod relay;
 pub mod soak;
+pub mod stdio_server;
 
 pub use device::{Behavior, DeviceSpec, SimDevice, SimHandle};
 pub use error::{FaultSpecError, HarnessError};
