@@ -504,7 +504,8 @@ async fn an_identity_provider_token_reaches_the_users_devices() {
 }
 
 /// A destructive tool over `/mcp`: a client that declared elicitation is asked
-/// (form mode) and the call runs once only if its user accepts; a client that
+/// (form mode: `elicitation/create` on 2025-11-25, `input_required` on
+/// 2026-07-28) and the call runs once only if its user accepts; a client that
 /// did not is told, in the `isError` sentence, to ask the user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destructive_call_is_approved_by_the_mcp_clients_user_or_explained() {
@@ -537,8 +538,23 @@ async fn a_destructive_call_is_approved_by_the_mcp_clients_user_or_explained() {
     let said = told["text"].as_str().unwrap();
     assert!(said.contains("needs the user's approval") && said.contains("ap-"), "{said}");
     assert_eq!(submitted(), 1);
+
+    // A 2026-07-28 client is asked through input_required; its SDK puts the
+    // form to its user and calls again with the answer.
+    let modern = Sdk::PythonModern;
+    let approved = modern.observe("approve", &mcp.mcp, &mira, &[submit[0], submit[1], "accept"]).await;
+    assert_eq!(approved["isError"], json!(false), "{approved}");
+    assert_eq!(approved["asked"].as_array().unwrap().len(), 1, "{approved}");
+    assert!(approved["asked"][0].as_str().unwrap().contains("F-1"), "{approved}");
+    assert_eq!(approved["receipt"]["approval"]["by"], "caller", "{approved}");
+    assert_eq!(submitted(), 2);
+    let declined = modern.observe("approve", &mcp.mcp, &mira, &[submit[0], submit[1], "decline"]).await;
+    assert_eq!(declined["isError"], json!(true), "{declined}");
+    assert!(declined["text"].as_str().unwrap().contains("declined"), "{declined}");
+    assert_eq!(submitted(), 2, "declined: nothing ran");
+
     let counters = &mcp.gateway.metrics().counters;
-    assert_eq!(counters.get("approvals_elicited"), 2);
+    assert_eq!(counters.get("approvals_elicited"), 4);
     assert_eq!(counters.get("approvals_not_elicited"), 1);
 }
 

@@ -169,6 +169,7 @@ impl McpServer {
         request: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
+        let answered = approval::answered(&request);
         let devices = devices::devices(&scope.sessions);
         let several = devices.len() > 1;
         let (device, namespaced) = match devices::resolve(&request.name, &devices) {
@@ -204,26 +205,61 @@ impl McpServer {
         };
         // A client that asked its user itself presents the approval it was
         // given: presenting it is the user's yes (the client is their agent).
-        let presented =
-            ctx.meta.get(tether_contract::writes::meta::APPROVAL).and_then(Value::as_str).map(str::to_owned);
-        if let Some(id) = &presented {
-            if let Err(e) = turn.decide(id, true).await {
+        // A 2026-07-28 client calls again with its user's answer to the form.
+        let presented = ctx
+            .meta
+            .get(tether_contract::writes::meta::APPROVAL)
+            .and_then(Value::as_str)
+            .map(|id| (id.to_owned(), approval::Answer::Approve))
+            .or(answered);
+        let mut declined = None;
+        if let Some((id, answer)) = &presented {
+            let approve = *answer == approval::Answer::Approve;
+            match turn.decide(id, approve).await {
+                Ok(_) if !approve => {
+                    declined = Some(
+                        WireError::new(ErrorKind::ApprovalDeclined, "the user declined this call")
+                            .with("approval", id.as_str()),
+                    );
+                }
+                Ok(_) => {}
                 // Used, declined, expired or not this user's: the call says which.
-                debug!(session = %device.session, approval = %id, error = %e, "presented approval not decided here");
+                Err(e) => {
+                    debug!(session = %device.session, approval = %id, error = %e, "presented approval not decided here")
+                }
             }
         }
+        let presented = presented.map(|(id, _)| id);
         // A long-running tool runs as a task, which the gateway follows for its client;
         // a client presenting a task it was handed waits for that task again.
         let task = TaskMetadata { ttl: None };
         let options = CallOptions { idempotency_key: None, progress, approval: presented, task: Some(task) };
         let handed = ctx.meta.get(tether_contract::tasks::meta::TASK).and_then(Value::as_str);
-        let mut outcome = match handed {
-            Some(id) => tasks::follow(shared, scope, &device.session, id).await,
-            None => turn.call_with(&namespaced, arguments.clone(), options).await,
+        let mut outcome = match (declined, handed) {
+            (Some(declined), _) => Err(declined),
+            (None, Some(id)) => tasks::follow(shared, scope, &device.session, id).await,
+            (None, None) => turn.call_with(&namespaced, arguments.clone(), options).await,
         };
         if let Some(id) = outcome.as_ref().err().and_then(approval::asked_of_caller).map(str::to_owned) {
             let counters = &shared.metrics.counters;
-            if let Some(answer) = approval::elicit(ctx, counters, &device, &namespaced, &arguments).await {
+            let ask = approval::how_to_ask(ctx);
+            if ask == approval::Ask::InputRequired {
+                if let Some(asking) =
+                    approval::input_required(counters, &device, &namespaced, &arguments, &id)
+                {
+                    shared
+                        .metrics
+                        .calls
+                        .get_or_create(&vec![("outcome".to_owned(), "input_required".to_owned())])
+                        .inc();
+                    return CallToolResponse::InputRequired(asking);
+                }
+            }
+            if ask == approval::Ask::Sentence {
+                approval::not_asked(counters, &device, &namespaced);
+            } else if let Some(answer) =
+                approval::elicit(ctx, counters, &device, &namespaced, &arguments).await
+            {
                 let approve = answer == approval::Answer::Approve;
                 outcome = match turn.decide(&id, approve).await {
                     Ok(_) if approve => {

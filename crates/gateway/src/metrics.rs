@@ -19,7 +19,7 @@ tether_counters::counters! {
         calls_cancelled,
         /// notifications/tools/list_changed sent to MCP clients.
         list_changed_sent,
-        /// Approvals asked of the MCP client's user with `elicitation/create`.
+        /// Approvals asked of the MCP client's user with a form (`elicitation/create`, or `input_required` on 2026-07-28).
         approvals_elicited,
         /// Calls that became tasks on their device, followed by the gateway for its client.
         tasks_followed,
@@ -39,7 +39,7 @@ tether_counters::counters! {
         watcher_lookups_failed,
         /// Requests whose token was another user's than the MCP session's; their token was not kept for its watcher.
         foreign_tokens_ignored,
-        /// Approvals that could not be asked of the MCP client's user (no form elicitation, a 2026-07-28 session, or no answer): the model got the `approval_required` sentence instead.
+        /// Approvals that could not be asked of the MCP client's user (no form elicitation declared, or no answer): the model got the `approval_required` sentence instead.
         approvals_not_elicited,
         /// Tasks still running when the client's call had waited `task_wait_ms`: the model got the task id and how to wait again.
         tasks_handed_off,
