@@ -38,7 +38,6 @@ mod link;
 mod paging;
 mod server;
 mod supervisor;
-mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;

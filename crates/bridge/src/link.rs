@@ -550,7 +550,8 @@ impl Link {
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .unwrap_or(Budgets::default().tool_call);
-        let as_task = self.modern() && self.server.runs_tasks() && crate::tasks::declares_tasks(params);
+        let as_task =
+            self.modern() && self.server.runs_tasks() && crate::server::tasks::declares_tasks(params);
         let key = id.to_string();
         let (stop_tx, stop_rx) = oneshot::channel();
         lock(&self.calls).insert(key.clone(), stop_tx);

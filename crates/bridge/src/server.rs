@@ -19,21 +19,18 @@ use std::time::Duration;
 #[allow(deprecated)] // server log messages (SEP-2577) still come from every 2025-11-25 server
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, ProgressNotificationParam, ProtocolVersion, RequestId, ServerNotification,
-    ServerPeerInfo, ServerResult, SubscriptionFilter,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam,
+    ProtocolVersion, RequestId, ServerPeerInfo,
 };
 use rmcp::service::{
-    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions,
-    RequestHandle, RoleClient, RunningServiceCancellationToken,
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient,
+    RunningServiceCancellationToken,
 };
 use rmcp::{ClientHandler, Peer, ServiceError};
-use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use serde_json::{json, Value};
+use tokio::process::Command;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
@@ -42,7 +39,17 @@ use tether_counters::fallback;
 
 use crate::counters::BridgeCounters;
 use crate::lock;
-use crate::{DeadlinePolicy, Lifecycle};
+use crate::Lifecycle;
+
+mod call;
+mod changes;
+mod process;
+pub(crate) mod tasks;
+
+use changes::listen_for_changes;
+use process::{pump_stderr, reap, wait_exit};
+
+pub(crate) use call::{CallOutcome, Failure, Stop};
 
 /// How long the MCP start (rmcp's `server/discover` probe, which waits up to
 /// 10 s for a legacy server, then `initialize`) may take.
@@ -52,14 +59,6 @@ const HANDSHAKE_BUDGET: Duration = Duration::from_secs(30);
 const STREAM_EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long a server told to stop (stdin closed) may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-/// Longest stderr line logged as is; the rest of the line is cut (counted).
-const MAX_STDERR_LINE: usize = 4096;
-/// Under [`DeadlinePolicy::Edge`], how long past the edge's deadline the
-/// bridge waits for the edge's cancel before cancelling the call itself.
-const EDGE_CANCEL_GRACE: Duration = Duration::from_secs(2);
-/// How many times a 2026-07-28 server's `subscriptions/listen` is reopened
-/// after it ends while the server lives.
-const MAX_LISTENS: u32 = 5;
 /// The tracing target of everything the MCP server itself says (its stderr, its log messages).
 pub(crate) const SERVER_TARGET: &str = "mcp_server";
 
@@ -219,61 +218,6 @@ impl ClientHandler for Handler {
         let logger = params.logger.as_deref().unwrap_or("");
         info!(target: SERVER_TARGET, server = %self.name, level = ?params.level, logger, "{}", params.data);
     }
-}
-
-/// Why the edge side stopped waiting for a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stop {
-    /// The edge sent `notifications/cancelled` for it.
-    Edge,
-    /// The device connection to the edge ended.
-    EdgeLost,
-}
-
-/// A call the bridge could not complete, answered to the edge as an
-/// `isError` result with `structuredContent: {code, retryable}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub(crate) code: &'static str,
-    pub(crate) retryable: bool,
-    pub(crate) text: String,
-    /// The server's JSON-RPC error code, when it sent one.
-    pub(crate) server_code: Option<i32>,
-}
-
-impl Failure {
-    pub(crate) fn new(code: &'static str, retryable: bool, text: impl Into<String>) -> Failure {
-        Failure { code, retryable, text: text.into(), server_code: None }
-    }
-
-    /// The `CallToolResult` the edge receives.
-    pub(crate) fn to_result(&self) -> Value {
-        let mut structured = Map::new();
-        structured.insert("code".into(), Value::from(self.code));
-        structured.insert("retryable".into(), Value::from(self.retryable));
-        if let Some(c) = self.server_code {
-            structured.insert("server_code".into(), Value::from(c));
-        }
-        json!({
-            "content": [{"type": "text", "text": self.text}],
-            "structuredContent": structured,
-            "isError": true,
-        })
-    }
-}
-
-/// How a call ended.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum CallOutcome {
-    /// The server's `CallToolResult` (possibly its own `isError`), as JSON.
-    Answered(Value),
-    /// The server made a task of it: its `CreateTaskResult` (`resultType:
-    /// "task"`), sent on to the edge as it is.
-    Task(Value),
-    /// The call failed on the way; answer with [`Failure::to_result`].
-    Failed(Failure),
-    /// The edge stopped waiting: cancelled on the server, and not answered.
-    Unanswered,
 }
 
 /// A running MCP server the bridge speaks to.
@@ -469,21 +413,6 @@ impl Server {
             .unwrap_or_else(|| json!({"name": &*self.name, "version": "unknown"}))
     }
 
-    /// What the server declared it supports.
-    pub(crate) fn capabilities(&self) -> &rmcp::model::ServerCapabilities {
-        &self.info.capabilities
-    }
-
-    /// The rmcp peer requests to the server go through.
-    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
-        &self.peer
-    }
-
-    /// The bridge's counters.
-    pub(crate) fn counters(&self) -> &BridgeCounters {
-        &self.counters
-    }
-
     /// The server's instructions for the model.
     pub(crate) fn instructions(&self) -> Option<&str> {
         self.info.instructions.as_deref()
@@ -508,187 +437,6 @@ impl Server {
             }
         }
         Ok(out)
-    }
-
-    /// Calls `name` on the server and waits for its one outcome: the answer,
-    /// the edge's `deadline` (under `policy`), the edge stopping, or the server
-    /// abandoning the call. Whatever the bridge stops waiting for is cancelled
-    /// on the server through rmcp (`RequestHandle::cancel` sends `notifications/cancelled`).
-    /// With `as_task` the request declares the tasks extension, so the server
-    /// may answer with its task (see `tasks.rs`).
-    #[allow(clippy::too_many_arguments)] // each is one fact about this call
-    pub(crate) async fn call(
-        &self,
-        name: &str,
-        arguments: Option<Map<String, Value>>,
-        as_task: bool,
-        deadline: Duration,
-        policy: DeadlinePolicy,
-        mut edge: oneshot::Receiver<Stop>,
-    ) -> CallOutcome {
-        let started = Instant::now();
-        let mut params = CallToolRequestParams::new(name.to_owned());
-        if let Some(arguments) = arguments {
-            params = params.with_arguments(arguments);
-        }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = if as_task { Server::task_options() } else { PeerRequestOptions::no_options() };
-        let mut handle = match self.peer.send_cancellable_request(request, options).await {
-            Ok(handle) => handle,
-            Err(e) => {
-                fallback!(self.counters.calls_server_gone, warn, server = %self.name, tool = name, error = %e, "call not sent: the MCP server could not be reached");
-                return CallOutcome::Failed(Failure::new(
-                    "server_exited",
-                    true,
-                    format!("The MCP server could not be reached ({e}); the call was not sent."),
-                ));
-            }
-        };
-        let (abandon_tx, mut abandoned) = oneshot::channel();
-        lock(&self.inflight.calls).insert(handle.id.clone(), abandon_tx);
-        let give_up = match policy {
-            DeadlinePolicy::Ahead(margin) => started + deadline.saturating_sub(margin.min(deadline / 2)),
-            DeadlinePolicy::Edge => started + deadline + EDGE_CANCEL_GRACE,
-        };
-        let ended = tokio::select! {
-            response = &mut handle.rx => Ended::Response(Box::new(response)),
-            _ = tokio::time::sleep_until(give_up) => Ended::Deadline,
-            why = &mut edge => Ended::Edge(why.unwrap_or(Stop::EdgeLost)),
-            Ok(()) = &mut abandoned => Ended::Abandoned,
-        };
-        lock(&self.inflight.calls).remove(&handle.id);
-        let ms = deadline.as_millis();
-        match ended {
-            Ended::Response(response) => self.answered(*response),
-            Ended::Deadline => {
-                let reason = format!("tether bridge: the edge's deadline of {ms} ms for this call is up");
-                self.cancel(handle, reason).await;
-                let counter = match policy {
-                    DeadlinePolicy::Ahead(_) => &self.counters.calls_timed_out,
-                    DeadlinePolicy::Edge => &self.counters.calls_backstopped,
-                };
-                fallback!(counter, warn, server = %self.name, tool = name, deadline_ms = ms, "call passed its deadline; cancelled on the server");
-                CallOutcome::Failed(Failure::new(
-                    "server_timeout",
-                    true,
-                    format!(
-                        "The MCP server did not answer {name} within {ms} ms; the bridge cancelled it on the server, so whether it acted is unknown."
-                    ),
-                ))
-            }
-            Ended::Edge(Stop::Edge) => {
-                self.cancel(handle, "the tether edge stopped waiting".into()).await;
-                BridgeCounters::bump(&self.counters.calls_cancelled_by_edge);
-                info!(server = %self.name, tool = name, "edge cancelled the call; cancelled on the server");
-                CallOutcome::Unanswered
-            }
-            Ended::Edge(Stop::EdgeLost) => {
-                self.cancel(handle, "the device connection to the tether edge was lost".into()).await;
-                fallback!(self.counters.calls_orphaned, warn, server = %self.name, tool = name, "edge connection lost mid-call; cancelled on the server");
-                CallOutcome::Unanswered
-            }
-            Ended::Abandoned => {
-                fallback!(self.counters.calls_abandoned_by_server, info, server = %self.name, tool = name, "the MCP server cancelled the call before answering");
-                CallOutcome::Failed(Failure::new(
-                    "cancelled_by_server",
-                    true,
-                    format!("The MCP server cancelled {name} before answering."),
-                ))
-            }
-        }
-    }
-
-    async fn cancel(&self, handle: RequestHandle<RoleClient>, reason: String) {
-        if let Err(e) = handle.cancel(Some(reason)).await {
-            debug!(server = %self.name, error = %e, "could not tell the server to cancel (it is gone)");
-        }
-    }
-
-    fn answered(&self, response: Response) -> CallOutcome {
-        let c = &self.counters;
-        match response {
-            Ok(Ok(ServerResult::CallToolResult(result))) => match serde_json::to_value(&result) {
-                Ok(v) => CallOutcome::Answered(v),
-                Err(e) => {
-                    fallback!(c.calls_unsupported_result, warn, server = %self.name, error = %e, "the server's tool result could not be read");
-                    CallOutcome::Failed(Failure::new(
-                        "unsupported_result",
-                        false,
-                        format!("The MCP server's result could not be read: {e}"),
-                    ))
-                }
-            },
-            Ok(Ok(ServerResult::CreateTaskResult(task))) => match serde_json::to_value(&task) {
-                Ok(v) => {
-                    BridgeCounters::bump(&c.tasks_started);
-                    info!(server = %self.name, task = %task.task.task_id, "the server answered the call with a task; the edge follows it");
-                    CallOutcome::Task(v)
-                }
-                Err(e) => {
-                    fallback!(c.calls_unsupported_result, warn, server = %self.name, error = %e, "the server's task could not be read");
-                    CallOutcome::Failed(Failure::new(
-                        "unsupported_result",
-                        false,
-                        format!("The MCP server's task could not be read: {e}"),
-                    ))
-                }
-            },
-            Ok(Ok(ServerResult::InputRequiredResult(_))) => {
-                fallback!(c.calls_unsupported_result, warn, server = %self.name, "the server asked for more input (input_required); answered as an error");
-                CallOutcome::Failed(Failure::new(
-                    "input_required",
-                    false,
-                    "The MCP server asked for more input (input_required), which a call through tether cannot supply.",
-                ))
-            }
-            Ok(Ok(_)) => {
-                fallback!(c.calls_unsupported_result, warn, server = %self.name, "the server answered a call with something other than a tool result");
-                CallOutcome::Failed(Failure::new(
-                    "unsupported_result",
-                    false,
-                    "The MCP server answered with something other than a tool result.",
-                ))
-            }
-            Ok(Err(ServiceError::McpError(e))) => {
-                fallback!(c.calls_server_error, warn, server = %self.name, code = e.code.0, message = %e.message, "server answered a call with a JSON-RPC error");
-                CallOutcome::Failed(Failure {
-                    code: "server_error",
-                    retryable: false,
-                    text: format!(
-                        "The MCP server refused the call (JSON-RPC error {}): {}",
-                        e.code.0, e.message
-                    ),
-                    server_code: Some(e.code.0),
-                })
-            }
-            Ok(Err(ServiceError::Cancelled { reason })) => {
-                fallback!(c.calls_abandoned_by_server, info, server = %self.name, reason = reason.as_deref().unwrap_or(""), "the MCP server cancelled the call");
-                CallOutcome::Failed(Failure::new(
-                    "cancelled_by_server",
-                    true,
-                    format!(
-                        "The MCP server cancelled the call: {}",
-                        reason.as_deref().unwrap_or("no reason given")
-                    ),
-                ))
-            }
-            Ok(Err(ServiceError::TransportClosed)) | Err(_) => {
-                fallback!(c.calls_server_gone, warn, server = %self.name, "the MCP server went away before it answered a call");
-                CallOutcome::Failed(Failure::new(
-                    "server_exited",
-                    true,
-                    "The MCP server went away before it answered; whether it acted is unknown.",
-                ))
-            }
-            Ok(Err(other)) => {
-                fallback!(c.calls_server_gone, warn, server = %self.name, error = %other, "a call to the MCP server failed");
-                CallOutcome::Failed(Failure::new(
-                    "server_unreachable",
-                    true,
-                    format!("The call to the MCP server failed: {other}"),
-                ))
-            }
-        }
     }
 
     /// Waits until the server process has ended (cancel safe).
@@ -728,185 +476,9 @@ impl Drop for Server {
     }
 }
 
-type Response = Result<Result<ServerResult, ServiceError>, oneshot::error::RecvError>;
-
-enum Ended {
-    Response(Box<Response>),
-    Deadline,
-    Edge(Stop),
-    Abandoned,
-}
-
-async fn wait_exit(exit: &mut watch::Receiver<Option<Exit>>) -> Exit {
-    let unknown = Exit { status: None, after_stream_closed: false };
-    match exit.wait_for(Option::is_some).await {
-        Ok(e) => e.clone().unwrap_or(unknown),
-        Err(_) => unknown,
-    }
-}
-
-/// Owns the child process: publishes how it ended, and ends it when asked.
-async fn reap(
-    mut child: Child,
-    stop: CancellationToken,
-    exit: watch::Sender<Option<Exit>>,
-    stream_closed: Arc<AtomicBool>,
-) {
-    let status = tokio::select! {
-        status = child.wait() => status,
-        _ = stop.cancelled() => match tokio::time::timeout(STOP_GRACE, child.wait()).await {
-            Ok(status) => status,
-            Err(_) => {
-                if let Err(e) = child.kill().await {
-                    warn!(error = %e, "could not kill the MCP server");
-                }
-                child.wait().await
-            }
-        },
-    };
-    let status = match status {
-        Ok(s) => Some(s),
-        Err(e) => {
-            warn!(error = %e, "could not read the MCP server's exit status");
-            None
-        }
-    };
-    exit.send_replace(Some(Exit { status, after_stream_closed: stream_closed.load(Ordering::Relaxed) }));
-}
-
-/// Logs the server's stderr line by line under [`SERVER_TARGET`].
-async fn pump_stderr<R: AsyncRead + Unpin>(
-    stderr: R,
-    name: Arc<str>,
-    pid: Option<u32>,
-    counters: Arc<BridgeCounters>,
-) {
-    let mut reader = BufReader::new(stderr);
-    let mut line = Vec::new();
-    let mut cut = false;
-    let emit = |line: &[u8], cut: bool| {
-        BridgeCounters::bump(&counters.server_stderr_lines);
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim_end_matches('\r');
-        if cut {
-            fallback!(counters.server_stderr_lines_truncated, info, target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
-        } else {
-            info!(target: SERVER_TARGET, server = %name, pid, truncated = cut, "{text}");
-        }
-    };
-    loop {
-        let buf = match reader.fill_buf().await {
-            Ok(buf) => buf,
-            Err(e) => {
-                debug!(server = %name, error = %e, "server stderr read failed");
-                break;
-            }
-        };
-        if buf.is_empty() {
-            if !line.is_empty() {
-                emit(&line, cut);
-            }
-            break;
-        }
-        let newline = buf.iter().position(|b| *b == b'\n');
-        let chunk = &buf[..newline.unwrap_or(buf.len())];
-        let room = MAX_STDERR_LINE.saturating_sub(line.len());
-        cut |= chunk.len() > room;
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        let consumed = newline.map_or(buf.len(), |i| i + 1);
-        reader.consume(consumed);
-        if newline.is_some() {
-            emit(&line, cut);
-            line.clear();
-            cut = false;
-        }
-    }
-}
-
-/// Follows a 2026-07-28 server's tool changes on a `subscriptions/listen`
-/// stream, moving the seq on each; reopens a stream that ends while the
-/// server lives, a bounded number of times; cancels it on `unlisten`.
-async fn listen_for_changes(
-    peer: Peer<RoleClient>,
-    seq: Arc<SeqClock>,
-    counters: Arc<BridgeCounters>,
-    name: Arc<str>,
-    unlisten: CancellationToken,
-) {
-    for attempt in 0..MAX_LISTENS {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        if peer.is_transport_closed() {
-            return;
-        }
-        let listen = peer.listen(SubscriptionFilter::builder().tools_list_changed().build());
-        let opened = tokio::select! {
-            opened = listen => opened,
-            _ = unlisten.cancelled() => return,
-        };
-        let mut subscription = match opened {
-            Ok(s) => s,
-            Err(e) => {
-                fallback!(counters.subscription_failures, warn, server = %name, error = %e, "subscriptions/listen failed; tool changes reach the edge only when it reconnects");
-                continue;
-            }
-        };
-        if subscription.acknowledged().tools_list_changed != Some(true) {
-            fallback!(counters.subscription_failures, warn, server = %name, "server did not accept a toolsListChanged subscription; tool changes reach the edge only when it reconnects");
-            return;
-        }
-        debug!(server = %name, "listening for tool changes");
-        loop {
-            let next = tokio::select! {
-                next = subscription.next() => next,
-                _ = unlisten.cancelled() => {
-                    if let Err(e) = subscription.cancel_with_reason(Some("tether bridge stopping".into())).await {
-                        debug!(server = %name, error = %e, "could not end the tool-change subscription");
-                    }
-                    return;
-                }
-            };
-            match next {
-                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
-                    let now = seq.bump();
-                    info!(server = %name, seq = now, "server announced tools/list_changed");
-                }
-                Ok(Some(other)) => {
-                    debug!(server = %name, notification = ?other, "subscription notification ignored")
-                }
-                Ok(None) => {
-                    if !peer.is_transport_closed() {
-                        fallback!(counters.subscriptions_ended, warn, server = %name, end = ?subscription.end(), "server ended the tool-change subscription; reopening");
-                    }
-                    break;
-                }
-                Err(e) => {
-                    fallback!(counters.subscriptions_ended, warn, server = %name, error = %e, "tool-change subscription failed; reopening");
-                    break;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failures_carry_code_and_retryable_for_core() {
-        let f =
-            Failure { code: "server_error", retryable: false, text: "no".into(), server_code: Some(-32603) };
-        assert_eq!(
-            f.to_result(),
-            json!({
-                "content": [{"type": "text", "text": "no"}],
-                "structuredContent": {"code": "server_error", "retryable": false, "server_code": -32603},
-                "isError": true,
-            })
-        );
-    }
 
     #[test]
     fn the_seq_starts_at_one_and_only_moves_forward() {
@@ -925,15 +497,5 @@ mod tests {
         assert_eq!(&*server_name(&cmd(&["/usr/bin/python3", "server.py"])), "python3");
         assert_eq!(&*server_name(&cmd(&["node"])), "node");
         assert_eq!(&*server_name(&[]), "mcp-server");
-    }
-
-    #[tokio::test]
-    async fn stderr_is_logged_line_by_line_and_long_lines_are_cut() {
-        let counters = Arc::new(BridgeCounters::default());
-        let long = "x".repeat(MAX_STDERR_LINE + 10);
-        let input = format!("one\r\ntwo\n{long}\nlast-without-newline");
-        pump_stderr(input.as_bytes(), Arc::from("t"), None, Arc::clone(&counters)).await;
-        assert_eq!(counters.get("server_stderr_lines"), 4);
-        assert_eq!(counters.get("server_stderr_lines_truncated"), 1);
     }
 }

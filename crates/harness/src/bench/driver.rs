@@ -382,8 +382,8 @@ mod tests {
         let frame = &frames(&cfg)[0];
         let keyed: serde_json::Value =
             serde_json::from_str(&keyed_frame(frame, 7, 2, 41)).unwrap_or_else(|e| panic!("{e}"));
-        let plain: serde_json::Value =
-            serde_json::from_str(&format!("{}7{}", frame.prefix, frame.suffix)).unwrap_or_else(|e| panic!("{e}"));
+        let plain: serde_json::Value = serde_json::from_str(&format!("{}7{}", frame.prefix, frame.suffix))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(keyed["params"]["_meta"]["idempotency_key"], "k2-41");
         let mut without = keyed.clone();
         if let Some(meta) = without["params"]["_meta"].as_object_mut() {

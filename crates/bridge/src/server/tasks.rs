@@ -27,7 +27,7 @@ use tether_contract::tasks::{extension, method};
 use tether_contract::{ErrorKind, WireError};
 use tether_counters::fallback;
 
-use crate::server::Server;
+use super::Server;
 
 /// How long the server may take to answer one `tasks/get` or `tasks/cancel`.
 const TASK_REQUEST_BUDGET: Duration = Duration::from_secs(10);
@@ -46,7 +46,7 @@ pub(crate) fn declares_tasks(params: &Value) -> bool {
 impl Server {
     /// Whether calls may become tasks: the server speaks 2026-07-28 and declares the extension.
     pub(crate) fn runs_tasks(&self) -> bool {
-        self.modern() && self.capabilities().supports_tasks()
+        self.modern() && self.info.capabilities.supports_tasks()
     }
 
     /// Request options whose envelope declares the tasks extension (rmcp's
@@ -65,18 +65,18 @@ impl Server {
     /// tasks: the server's answer, or the error it gave (counted).
     pub(crate) async fn task_request(&self, method_name: &str, task_id: String) -> Result<Value, WireError> {
         let request = if method_name == method::TASKS_CANCEL {
-            crate::BridgeCounters::bump(&self.counters().task_cancels_forwarded);
+            crate::BridgeCounters::bump(&self.counters.task_cancels_forwarded);
             tracing::info!(server = %self.name, task = %task_id, "the edge stopped a task; cancelling it on the server");
             ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(task_id.clone())))
         } else {
             ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task_id.clone())))
         };
         let answer = async {
-            let handle = self.peer().send_cancellable_request(request, Server::task_options()).await?;
+            let handle = self.peer.send_cancellable_request(request, Server::task_options()).await?;
             handle.await_response().await
         };
         let refused = |kind, text: String| {
-            fallback!(self.counters().task_requests_failed, warn, server = %self.name, task = %task_id, method = method_name, error = %text, "the server did not answer a task request; the edge hears why");
+            fallback!(self.counters.task_requests_failed, warn, server = %self.name, task = %task_id, method = method_name, error = %text, "the server did not answer a task request; the edge hears why");
             Err(WireError::new(kind, text))
         };
         match tokio::time::timeout(TASK_REQUEST_BUDGET, answer).await {
