@@ -7,21 +7,22 @@
 //! random secret generated once into a 0600 file in the data directory, so
 //! `tether token` and `tether serve` on one machine agree without any setup.
 //! Identity-provider tokens (asymmetric, with a `kid`) go to [`crate::idp`].
+//!
+//! Here: the claims, the keys and their errors. Where the secret comes from
+//! is `auth/secret.rs`; the [`Verifier`] and its memory `auth/verifier.rs`.
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-/// Environment variable that overrides every other secret source.
-pub const SECRET_ENV: &str = "TETHER_JWT_SECRET";
-/// File name of the generated secret inside the data directory.
-pub const SECRET_FILE: &str = "jwt-secret";
+mod secret;
+mod verifier;
+
+pub use secret::{SecretError, SecretSource, SECRET_ENV, SECRET_FILE};
+pub use verifier::{Link, Verifier, VERIFIED_MEMORY, VERIFIED_TTL};
+
 /// Clock skew tolerated on `exp` and `nbf`, in seconds.
 pub const LEEWAY_SECS: u64 = 30;
 
@@ -40,19 +41,6 @@ pub struct Claims {
     /// Issued at, seconds since the epoch.
     #[serde(default)]
     pub iat: u64,
-}
-
-/// Where the secret came from, for the startup log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    /// `TETHER_JWT_SECRET`.
-    Env,
-    /// The configuration.
-    Config,
-    /// An existing file in the data directory.
-    File(PathBuf),
-    /// A file this process just created.
-    Created(PathBuf),
 }
 
 /// Signing and verifying keys derived from one secret.
@@ -158,25 +146,6 @@ fn is_alg_none(token: &str) -> bool {
         .is_ok_and(|h| h.get("alg").and_then(|a| a.as_str()).is_some_and(|a| a.eq_ignore_ascii_case("none")))
 }
 
-/// Why the secret could not be loaded or created.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretError {
-    /// The file could not be read or written.
-    #[error("jwt secret file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The secret is too short to be safe.
-    #[error("jwt secret must be at least 32 bytes (got {0})")]
-    TooShort(usize),
-    /// The OS random source failed.
-    #[error("could not generate a jwt secret: {0}")]
-    Random(String),
-}
-
 /// Seconds since the epoch on this machine's clock (what `exp` and `nbf` are compared with).
 pub(crate) fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -189,56 +158,6 @@ impl Keys {
             return Err(SecretError::TooShort(secret.len()));
         }
         Ok(Keys { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret) })
-    }
-
-    /// Loads the secret by precedence: env, config, data-dir file, newly created file.
-    pub fn load(configured: Option<&str>, data_dir: &Path) -> Result<(Keys, SecretSource), SecretError> {
-        if let Ok(secret) = std::env::var(SECRET_ENV) {
-            if !secret.is_empty() {
-                return Ok((Keys::from_secret(secret.as_bytes())?, SecretSource::Env));
-            }
-        }
-        if let Some(secret) = configured {
-            return Ok((Keys::from_secret(secret.as_bytes())?, SecretSource::Config));
-        }
-        let path = data_dir.join(SECRET_FILE);
-        let io = |source| SecretError::Io { path: path.clone(), source };
-        match std::fs::read_to_string(&path) {
-            Ok(secret) => {
-                return Ok((Keys::from_secret(secret.trim().as_bytes())?, SecretSource::File(path)))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(e)),
-        }
-        let mut raw = [0u8; 32];
-        getrandom::fill(&mut raw).map_err(|e| SecretError::Random(e.to_string()))?;
-        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        std::fs::create_dir_all(data_dir).map_err(io)?;
-        // Write a private temp file, then hard-link it into place: the link is
-        // atomic and never overwrites, so a concurrent reader sees no half-written
-        // secret and two first starts agree on one secret.
-        let mut nonce = [0u8; 8];
-        getrandom::fill(&mut nonce).map_err(|e| SecretError::Random(e.to_string()))?;
-        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        let tmp = data_dir.join(format!(".{SECRET_FILE}.{}.{nonce}", std::process::id()));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let tmp_io = |source| SecretError::Io { path: tmp.clone(), source };
-        let mut file = options.open(&tmp).map_err(tmp_io)?;
-        file.write_all(hex.as_bytes()).and_then(|()| file.sync_all()).map_err(tmp_io)?;
-        drop(file);
-        let linked = std::fs::hard_link(&tmp, &path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok((Keys::from_secret(hex.as_bytes())?, SecretSource::Created(path))),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let secret = std::fs::read_to_string(&path).map_err(io)?;
-                Ok((Keys::from_secret(secret.trim().as_bytes())?, SecretSource::File(path)))
-            }
-            Err(e) => Err(io(e)),
-        }
     }
 
     /// Signs a token for `sub` on audience `aud`, valid from now for `ttl`.
@@ -269,124 +188,6 @@ impl Keys {
                 other => other,
             }
         })
-    }
-}
-
-/// Which link a credential opens (and so which audience it must name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Link {
-    /// `/v1/client`, and a turn's user credential.
-    Client,
-    /// `/v1/backend`.
-    Backend,
-    /// A read of any session for operations (`tether token --aud tether-operator`).
-    Operator,
-}
-
-impl Link {
-    /// The audience the edge's own tokens carry for this link.
-    pub const fn own_audience(self) -> &'static str {
-        match self {
-            Link::Client => tether_contract::AUD_CLIENT,
-            Link::Backend => tether_contract::AUD_BACKEND,
-            Link::Operator => tether_contract::AUD_OPERATOR,
-        }
-    }
-}
-
-/// Verifies every credential the edge accepts: its own HS256 tokens always,
-/// and the identity provider's when one is configured.
-#[derive(Debug, Clone)]
-pub struct Verifier {
-    own: Keys,
-    idp: Option<Arc<crate::idp::Idp>>,
-    verified: Arc<Mutex<VerifiedMemory>>,
-}
-
-/// Credentials that verified, by link and token.
-type VerifiedMemory = HashMap<(Link, Box<str>), Verified>;
-
-/// How long a verified credential is trusted without checking its signature
-/// again. Bounded well below any token's life: a key the identity provider
-/// withdraws stops a credential it signed within this long (a JWT is
-/// otherwise valid until `exp`; tether keeps no revocation list).
-pub const VERIFIED_TTL: Duration = Duration::from_secs(60);
-/// Most verified credentials remembered; past it the memory starts over.
-pub const VERIFIED_MEMORY: usize = 4096;
-
-/// A credential that verified, until when it may be trusted again unchecked.
-#[derive(Debug, Clone)]
-struct Verified {
-    claims: Claims,
-    until: tokio::time::Instant,
-}
-
-impl From<Keys> for Verifier {
-    fn from(own: Keys) -> Verifier {
-        Verifier::new(own, None)
-    }
-}
-
-impl Verifier {
-    /// A verifier for the edge's own keys and, optionally, an identity provider.
-    pub fn new(own: Keys, idp: Option<Arc<crate::idp::Idp>>) -> Verifier {
-        Verifier { own, idp, verified: Arc::default() }
-    }
-
-    /// [`Verifier::verify`], remembering what verified for [`VERIFIED_TTL`]
-    /// (and never past its `exp`): the credential every backend call carries
-    /// is checked once a minute, not once per call.
-    pub fn verify_remembered(&self, token: &str, link: Link) -> Result<Claims, AuthError> {
-        let now = tokio::time::Instant::now();
-        let key = (link, Box::<str>::from(token));
-        if let Some(hit) = crate::lock(&self.verified).get(&key) {
-            if now < hit.until && now_secs() < hit.claims.exp.saturating_add(LEEWAY_SECS) {
-                return Ok(hit.claims.clone());
-            }
-        }
-        let claims = self.verify(token, link)?;
-        let mut memory = crate::lock(&self.verified);
-        if memory.len() >= VERIFIED_MEMORY {
-            memory.clear();
-        }
-        memory.insert(key, Verified { claims: claims.clone(), until: now + VERIFIED_TTL });
-        Ok(claims)
-    }
-
-    /// The edge's own keys (what `tether token` signs with).
-    pub fn own(&self) -> &Keys {
-        &self.own
-    }
-
-    /// The identity provider's key set, when configured.
-    pub fn idp(&self) -> Option<&Arc<crate::idp::Idp>> {
-        self.idp.as_ref()
-    }
-
-    /// Verifies a token for `link`, dispatching on its header: HMAC to the
-    /// edge's own secret, anything asymmetric to the identity provider.
-    pub fn verify(&self, token: &str, link: Link) -> Result<Claims, AuthError> {
-        // Without a provider every token is the edge's own: no header to dispatch on
-        // (this runs on every backend call's user credential).
-        // Operators are minted by `tether token` only: an identity provider grants no operator view.
-        let idp = match &self.idp {
-            Some(idp) if link != Link::Operator => idp,
-            _ => return self.own.verify(token, link.own_audience()),
-        };
-        let header = match jsonwebtoken::decode_header(token) {
-            Ok(h) => h,
-            Err(_) if is_alg_none(token) => return Err(AuthError::AlgNone),
-            Err(_) => return Err(AuthError::Malformed),
-        };
-        match header.alg {
-            Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
-                if header.kid.as_deref().is_some_and(|kid| idp.knows(kid)) {
-                    return Err(AuthError::KeyConfusion);
-                }
-                self.own.verify(token, link.own_audience())
-            }
-            alg => idp.verify(token, header.kid.as_deref(), alg, link),
-        }
     }
 }
 
