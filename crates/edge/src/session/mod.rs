@@ -12,6 +12,8 @@
 //! - [`calls`] — requests to the device, backend `tools/call`, progress relay, inspection.
 //! - [`catalog`] — the handshake (both revisions), catalog reads, the `list_changed` refresher.
 //! - [`reader`] — the read loop: frames in, answers paired, liveness, exits.
+//! - [`serve`] — one device's connection: resume claim, writer, handshake, close.
+//! - [`resume`] — detach on a lost socket, the resume token, the claim.
 //! - [`writes`] — the write gate: fingerprinted keys, approvals bound to the call, receipts.
 //! - [`tasks`] — calls that outlive the turn: the device's task, followed past its socket.
 
@@ -20,38 +22,37 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use futures::Stream;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, info};
 
 use tether_contract::backend::{Manifest, RecentCall, SessionClosed, SessionOpened, SessionResumed};
-use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc;
 use tether_contract::mcp::method;
 use tether_contract::{Caps, Leg};
 use tether_counters::fallback;
-use tether_rpc::{lock, Pending};
+use tether_rpc::Pending;
 
 use crate::counters::EdgeCounters;
 use crate::exit::Exit;
 use crate::hub::{BackendEvent, Hub};
 use crate::manifest::{AppliedManifest, Identity, ManifestState};
 use crate::revision::Revision;
-use crate::router::Claimed;
 use crate::ws::{Outbound, Outbox};
 
 mod calls;
 mod catalog;
 mod reader;
+mod resume;
+mod serve;
 mod tasks;
 mod writes;
 
 pub use calls::ProgressRelay;
 pub use reader::MAX_STRIKES;
+pub use serve::serve_client;
 pub use tasks::{
     cancel as cancel_task, hand_over as hand_over_tasks, TaskHandover, TaskOutcome, TaskRecord,
     MAX_KEPT_TASKS, MAX_LIVE_TASKS,
@@ -159,25 +160,8 @@ pub struct Session {
     adopted: Mutex<Vec<Arc<TaskRecord>>>,
 }
 
-/// How long the writer may take to send the close frame once the session's
-/// socket has ended, before the connection is dropped without it.
-const CLOSE_WRITE_DEADLINE: Duration = Duration::from_secs(5);
-
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A fresh random secret for a resume token (128 bits, hex); None when the
-/// system has no randomness to give (then the session cannot be resumed).
-fn resume_secret() -> Option<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A resume token's two halves: `<session>.<secret>`.
-fn split_resume_token(token: &str) -> Option<(&str, &str)> {
-    token.split_once('.').filter(|(id, secret)| !id.is_empty() && !secret.is_empty())
 }
 
 impl Session {
@@ -188,7 +172,7 @@ impl Session {
         shutdown: CancellationToken,
         resumed: Option<(String, u64)>,
     ) -> Session {
-        let secret = if hub.config.resume_grace.is_zero() { None } else { resume_secret() };
+        let secret = if hub.config.resume_grace.is_zero() { None } else { resume::resume_secret() };
         let (id, resumed_seq) = match resumed {
             Some((id, seq)) => (id, Some(seq)),
             None => (uuid::Uuid::new_v4().to_string(), None),
@@ -220,102 +204,6 @@ impl Session {
             early_statuses: Mutex::default(),
             adopted: Mutex::default(),
         }
-    }
-
-    /// The token the device presents to resume this session (`<id>.<secret>`),
-    /// while it is unused; None when resume is off.
-    pub fn resume_token(&self) -> Option<String> {
-        lock(&self.resume_secret).as_ref().map(|secret| format!("{}.{secret}", self.id))
-    }
-
-    /// Hands this session over to a new socket presenting its resume token:
-    /// checks the token (once only) and the principal, detaches the old
-    /// socket if it still looked alive, and returns the applied seq.
-    pub fn claim(self: &Arc<Self>, secret: &str, principal: &str) -> Result<u64, WireError> {
-        let refused = |why: &str| {
-            WireError::new(ErrorKind::Forbidden, format!("resume token refused: {why}"))
-                .with("session", self.id.as_str())
-        };
-        if principal != self.principal {
-            return Err(refused("it belongs to another principal"));
-        }
-        {
-            let mut stored = lock(&self.resume_secret);
-            let matches = stored
-                .as_deref()
-                .is_some_and(|s| bool::from(subtle::ConstantTimeEq::ct_eq(s.as_bytes(), secret.as_bytes())));
-            if !matches {
-                return Err(refused("unknown or already used"));
-            }
-            *stored = None;
-        }
-        match self.phase() {
-            // The device is back before its old socket was found dead: that socket is done.
-            Phase::Ready => self.detach(Exit::ConnectionLost),
-            Phase::Detached => {}
-            Phase::Starting | Phase::Closed => {
-                return Err(WireError::channel_closed(self.calls.closed().as_deref().unwrap_or("closed"))
-                    .with("session", self.id.as_str()))
-            }
-        }
-        self.claimed.store(true, Ordering::Release);
-        Ok(self.manifest.seq().unwrap_or(0))
-    }
-
-    /// Ends the socket's part: a transport loss on a listed session waits the
-    /// resume grace for its device (detached); anything else ends the session.
-    pub fn leave(self: &Arc<Self>, exit: Exit) {
-        let resumable = exit.resumable()
-            && !self.hub.config.resume_grace.is_zero()
-            && !self.shutdown.is_cancelled()
-            && lock(&self.resume_secret).is_some();
-        match self.phase() {
-            Phase::Ready if resumable => self.detach(exit),
-            Phase::Detached => {}
-            _ => self.end(exit),
-        }
-    }
-
-    /// Detaches a listed session from its dead socket: calls without an
-    /// idempotency key fail now with `channel_closed`; keyed ones wait for the
-    /// device to resume (then they are delivered again on its new socket), or
-    /// fail when the grace runs out.
-    fn detach(self: &Arc<Self>, exit: Exit) {
-        if self.detached.set(exit).is_err() || self.phase() != Phase::Ready {
-            return;
-        }
-        self.advance(Phase::Detached);
-        // The socket's part ends now (a half-open one still gets its close frame).
-        self.socket_done.cancel();
-        let reason = exit.as_str();
-        let failed = self.calls.fail_where(|late| !late.keyed, reason);
-        EdgeCounters::bump(&self.counters().sessions_detached);
-        let grace = self.hub.config.resume_grace;
-        info!(session = %self.id, principal = %self.principal, reason, failed, grace_ms = ms(grace), "device transport lost; waiting for it to resume");
-        let s = Arc::clone(self);
-        tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(grace) => {
-                    if s.phase() == Phase::Detached && s.claimed.load(Ordering::Acquire) {
-                        // Claimed: the new socket is still in its handshake. Give it
-                        // the handshake's budget, then step aside quietly: the new
-                        // socket reports the session (resumed, or closed if it failed).
-                        tokio::time::sleep(s.hub.config.budgets.reread).await;
-                        s.end(Exit::Resumed);
-                    } else if s.phase() == Phase::Detached {
-                        fallback!(s.counters().resume_grace_expired, info, session = %s.id, grace_ms = ms(grace), "device did not resume within the grace; session closed");
-                        s.end(exit);
-                    }
-                }
-                () = s.shutdown.cancelled() => s.end(Exit::Shutdown),
-                () = s.closed.cancelled() => {}
-            }
-        });
-    }
-
-    /// Why the transport went away, for calls refused while detached.
-    fn detach_reason(&self) -> &'static str {
-        self.detached.get().map_or("disconnected", |e| e.as_str())
     }
 
     /// Where the session is in its life.
@@ -472,130 +360,6 @@ impl Session {
         // Listed first, then told: the device's "ready" means callable.
         if let Some(report) = report {
             self.send_notification(method::MANIFEST_APPLIED, &report);
-        }
-    }
-}
-
-/// Serves one device over an upgraded WebSocket until it closes, the edge
-/// shuts down, or the device breaks the protocol. A device presenting a resume
-/// token takes over its session (on this edge or another) before the handshake.
-pub async fn serve_client<S, W>(
-    hub: Arc<Hub>,
-    sink: W,
-    stream: S,
-    device: DeviceUpgrade,
-    shutdown: CancellationToken,
-) where
-    S: Stream<Item = Result<Message, WsError>> + Unpin,
-    W: futures::Sink<Message, Error = WsError> + Unpin + Send + 'static,
-{
-    let expires_at = device.expires_in.map(|d| Instant::now() + d);
-    let claimed = match device.resume.as_deref() {
-        Some(token) => claim(&hub, token, &device.principal).await,
-        None => None,
-    };
-    let (resumed, claimed) = match claimed {
-        Some((id, claimed)) => (Some((id, claimed.seq)), claimed),
-        None => (None, Claimed::default()),
-    };
-    let (tx, rx) = crate::ws::outbox(hub.config.outbound_queue);
-    let session = Arc::new(Session::new(Arc::clone(&hub), &device, tx, shutdown.clone(), resumed));
-    // Filed before the session is reachable, so every edge that asks finds them here.
-    if let Some(ledger) = claimed.ledger {
-        writes::adopt_ledger(&hub, &session.id, ledger);
-    }
-    session.adopt(claimed.tasks);
-    let writer_session = Arc::clone(&session);
-    let writer = tokio::spawn(async move {
-        let closed = writer_session.socket_done.clone();
-        let close_frame = {
-            let s = Arc::clone(&writer_session);
-            move || s.close_frame()
-        };
-        if let Err(e) = crate::ws::write_loop(sink, rx, closed, close_frame).await {
-            debug!(session = %writer_session.id, error = %e, "device socket write failed");
-            writer_session.leave(Exit::WriteFailed);
-        }
-    });
-    // The handshake runs beside the read loop in this task, boxed so that its
-    // state is freed once it is done rather than held for the session's life.
-    let lifecycle_session = Arc::clone(&session);
-    let lifecycle_span =
-        tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let handshake = async move {
-        let s = lifecycle_session;
-        match Box::pin(s.initialize()).await {
-            Ok(report) => {
-                // Reachable from every edge before anyone is told it is ready.
-                if let Err(e) = s.hub.router().hold(&s.hub, &s).await {
-                    warn!(session = %s.id, error = %e, "session listed here only: the router could not hold it");
-                }
-                s.open(report);
-                // A change announced during the handshake is read now.
-                s.start_refresher();
-            }
-            Err(_) if s.is_closed() => {}
-            Err(e) => {
-                fallback!(s.counters().sessions_failed_init, warn, session = %s.id, error = %e, "device handshake failed");
-                s.end(Exit::HandshakeFailed);
-            }
-        }
-        // Listed, the device is asked for their outcomes; not, they end as lost.
-        s.follow_adopted();
-    }
-    .instrument(lifecycle_span);
-    // A panic in the handshake (a device's catalog tripping a bug) ends this
-    // session only, as it did when the handshake had a task of its own.
-    let panicked = Arc::clone(&session);
-    let lifecycle = Box::pin(async move {
-        if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handshake)).await.is_err() {
-            fallback!(panicked.counters().sessions_failed_init, error, session = %panicked.id, "device handshake panicked; session closed");
-            panicked.end(Exit::HandshakeFailed);
-        }
-    });
-
-    let span = tracing::info_span!("session", session = %session.id, principal = %session.principal);
-    let reading = async {
-        let exit = reader::read_loop(&session, stream, &shutdown, expires_at).instrument(span).await;
-        session.leave(exit);
-        // The writer sends the close frame; a device that stopped reading could
-        // hold it in a full socket for ever (and this connection's slot with it).
-        let mut writer = writer;
-        if tokio::time::timeout(CLOSE_WRITE_DEADLINE, &mut writer).await.is_err() {
-            writer.abort();
-            fallback!(hub.counters().close_writes_abandoned, info, session = %session.id, deadline_ms = ms(CLOSE_WRITE_DEADLINE), "device stopped reading: its close frame was not written in time; connection dropped");
-        }
-    };
-    // Once the socket's part ends, a handshake still waiting on the device
-    // fails on the latch, as it did with a task of its own; a detached
-    // session's finished long before, in `open`.
-    tokio::join!(reading, lifecycle);
-}
-
-/// Claims the session a resume token names, wherever it is held; None (a
-/// new session, counted and logged) when the token is refused.
-async fn claim(hub: &Arc<Hub>, token: &str, principal: &str) -> Option<(String, Claimed)> {
-    let Some((id, secret)) = split_resume_token(token) else {
-        fallback!(
-            hub.counters().resumes_refused,
-            info,
-            "resume token malformed; the device gets a new session"
-        );
-        return None;
-    };
-    match hub.router().claim(hub, id, secret, principal).await {
-        Ok(claimed) => {
-            info!(
-                session = id,
-                seq = claimed.seq,
-                tasks = claimed.tasks.len(),
-                "device resuming its session"
-            );
-            Some((id.to_owned(), claimed))
-        }
-        Err(e) => {
-            fallback!(hub.counters().resumes_refused, info, session = id, error = %e, "resume refused; the device gets a new session");
-            None
         }
     }
 }
