@@ -237,17 +237,14 @@ async fn turn_for<'a>(link: &'a tether_core::BackendLink, session: &str) -> teth
 mod rmcp_device {
     use super::*;
 
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
-
     use rmcp::model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-        CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     };
     use rmcp::service::{RequestContext, RoleServer};
     use rmcp::{ErrorData, ServerHandler, ServiceExt};
     use tether_contract::tasks::{TaskMetadata, TaskParams, TaskState, TaskStatus as Status};
+    use tether_harness::stdio_server::SimServer;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
     #[derive(Clone)]
@@ -278,91 +275,6 @@ mod rmcp_device {
             _: RequestContext<RoleServer>,
         ) -> Result<CallToolResponse, ErrorData> {
             Ok(CallToolResult::success(vec![ContentBlock::text(format!("{} done", request.name))]).into())
-        }
-    }
-
-    /// A scanner whose scans run as tasks of the 2026-07-28 extension when
-    /// the request declares it: done `SCAN` after they start, polled with
-    /// `tasks/get`, stopped with `tasks/cancel`.
-    #[derive(Clone, Default)]
-    struct TaskScanner {
-        started: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
-        cancelled: Arc<Mutex<Vec<String>>>,
-        inline: Arc<Mutex<usize>>,
-    }
-
-    const SCAN: Duration = Duration::from_millis(300);
-
-    fn stamp() -> String {
-        "2026-12-07T00:00:00Z".to_owned()
-    }
-
-    impl ServerHandler for TaskScanner {
-        fn get_info(&self) -> ServerConfig {
-            ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
-        }
-
-        async fn list_tools(
-            &self,
-            _: Option<PaginatedRequestParams>,
-            _: RequestContext<RoleServer>,
-        ) -> Result<ListToolsResult, ErrorData> {
-            let schema = serde_json::from_value(json!({"type": "object"})).unwrap();
-            Ok(ListToolsResult::with_all_items(vec![Tool::new(
-                "scan_aisle",
-                "Scans an aisle.",
-                Arc::new(schema),
-            )]))
-        }
-
-        async fn call_tool(
-            &self,
-            _: CallToolRequestParams,
-            ctx: RequestContext<RoleServer>,
-        ) -> Result<CallToolResponse, ErrorData> {
-            if !ctx.client_capabilities().is_some_and(|c| c.supports_tasks()) {
-                *self.inline.lock().unwrap() += 1;
-                return Ok(CallToolResult::success(vec![ContentBlock::text("scanned inline")]).into());
-            }
-            let id = format!("aisle-{}", self.started.lock().unwrap().len() + 1);
-            self.started.lock().unwrap().insert(id.clone(), tokio::time::Instant::now());
-            let task = Task::new(id, TaskStatus::Working, stamp(), stamp())
-                .with_ttl_ms(60_000)
-                .with_poll_interval_ms(50)
-                .with_status_message("started");
-            Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
-        }
-
-        async fn get_task(
-            &self,
-            request: GetTaskParams,
-            _: RequestContext<RoleServer>,
-        ) -> Result<GetTaskResult, ErrorData> {
-            let Some(started) = self.started.lock().unwrap().get(&request.task_id).copied() else {
-                return Err(ErrorData::invalid_params("no such task", None));
-            };
-            let task = Task::new(request.task_id.clone(), TaskStatus::Working, stamp(), stamp());
-            let detailed = if self.cancelled.lock().unwrap().contains(&request.task_id) {
-                DetailedTask::new(task, TaskPayload::Cancelled)
-            } else if started.elapsed() >= SCAN {
-                let result = json!({"content": [{"type": "text", "text": "aisle 4: 12 shelves"}]});
-                DetailedTask::new(
-                    task,
-                    TaskPayload::Completed { result: result.as_object().unwrap().clone() },
-                )
-            } else {
-                DetailedTask::new(task.with_status_message("scanning"), TaskPayload::Working)
-            };
-            Ok(GetTaskResult::new(detailed))
-        }
-
-        async fn cancel_task(
-            &self,
-            request: CancelTaskParams,
-            _: RequestContext<RoleServer>,
-        ) -> Result<(), ErrorData> {
-            self.cancelled.lock().unwrap().push(request.task_id);
-            Ok(())
         }
     }
 
@@ -423,8 +335,9 @@ mod rmcp_device {
         let edge = LiveEdge::start().await;
         let link = edge.backend().await;
         let mut notes = link.notifications().unwrap();
-        let scanner = TaskScanner::default();
-        serve(&edge, Some(MODERN), scanner.clone()).await;
+        // `tether sim-server`'s handler (rmcp's server side), here over a WebSocket.
+        let server = SimServer::new(Duration::from_millis(300));
+        serve(&edge, Some(MODERN), server.clone()).await;
         let session = session_speaking(&edge, MODERN).await;
         let as_task = |task: bool| {
             let meta = CallMeta {
@@ -434,8 +347,8 @@ mod rmcp_device {
             };
             CallParams {
                 session: session.clone(),
-                name: "client__scan_aisle".into(),
-                arguments: json!({}),
+                name: "client__collect_signature".into(),
+                arguments: json!({"order": "A-104"}),
                 meta,
             }
         };
@@ -450,11 +363,11 @@ mod rmcp_device {
         let task = TaskState::in_result(response.result.meta.as_ref()).expect("the call became a task");
         assert_eq!(
             (task.status, task.ttl_ms),
-            (Status::Working, 60_000),
+            (Status::Working, 300_000),
             "the device's ttl, under the edge's"
         );
         let outcome = link.task_result(&about(&task), Duration::from_secs(30)).await.unwrap();
-        assert_eq!(outcome.result.content[0]["text"], json!("aisle 4: 12 shelves"));
+        assert_eq!(outcome.result.content[0]["text"], json!("signature collected for order A-104"));
         let mut lines = Vec::new();
         while lines.last().is_none_or(|(s, _)| *s != Status::Completed) {
             let note = tokio::time::timeout(common::WAIT_LIMIT, notes.recv()).await;
@@ -464,20 +377,19 @@ mod rmcp_device {
             }
         }
         assert!(
-            lines.contains(&(Status::Working, Some("scanning".into()))),
+            lines.contains(&(Status::Working, Some("the customer is signing".into()))),
             "the polled line moved it: {lines:?}"
         );
 
         let response = link.call(as_task(true), budget).await.unwrap();
         let second = TaskState::in_result(response.result.meta.as_ref()).unwrap();
         link.cancel_task(&about(&second), budget).await.unwrap();
-        common::wait_until(|| scanner.cancelled.lock().unwrap().len() == 1).await;
+        common::wait_until(|| server.cancelled().len() == 1).await;
         assert_eq!(link.task(&about(&second), budget).await.unwrap().status, Status::Cancelled);
 
         let inline = link.call(as_task(false), budget).await.unwrap();
         assert!(TaskState::in_result(inline.result.meta.as_ref()).is_none());
-        assert_eq!(inline.result.content[0]["text"], json!("scanned inline"));
-        assert_eq!(*scanner.inline.lock().unwrap(), 1);
+        assert_eq!(inline.result.content[0]["text"], json!("signature collected for order A-104"));
         assert_eq!(edge.hub.counters().get("tasks_created"), 2);
         assert_eq!(edge.hub.counters().get("tasks_completed"), 1);
     }

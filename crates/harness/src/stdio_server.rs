@@ -24,8 +24,8 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-/// The time to live the server gives its tasks, in ms.
-const TASK_TTL_MS: u64 = 600_000;
+/// The time to live the server gives its tasks, in ms (five minutes to sign).
+pub const TASK_TTL_MS: u64 = 300_000;
 /// How often the server suggests its tasks be polled, in ms.
 const POLL_MS: u64 = 250;
 
@@ -55,6 +55,14 @@ impl SimServer {
         let running = self.serve(rmcp::transport::io::stdio()).await.map_err(std::io::Error::other)?;
         running.waiting().await.map_err(std::io::Error::other)?;
         Ok(())
+    }
+
+    /// The tasks a client cancelled, by id.
+    pub fn cancelled(&self) -> Vec<String> {
+        let mut ids: Vec<String> =
+            self.tasks().iter().filter(|(_, s)| s.cancelled).map(|(id, _)| id.clone()).collect();
+        ids.sort();
+        ids
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Signing>> {
