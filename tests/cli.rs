@@ -424,7 +424,7 @@ async fn every_bench_call_shape_completes_against_a_real_edge_without_errors() {
         spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0", "--config", &config]);
     let url = listening.strip_prefix("listening on ").unwrap().to_owned();
     let backend = common::keys().issue("bench-driver", "tether-backend", Duration::from_secs(600)).unwrap();
-    for shape in [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task] {
+    for shape in [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task, Shape::Mcp] {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let cfg = FleetConfig {
             url: url.clone(),

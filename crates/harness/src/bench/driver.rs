@@ -11,6 +11,12 @@
 //! a fresh idempotency key, each one approved (the call, `approvals/decide`,
 //! the call again with its grant), or each one a task (the call made as a
 //! task, then `tasks/result`). Latency is the whole sequence's.
+//!
+//! [`Shape::Mcp`] drives the MCP door instead: each slot holds one HTTP/1.1
+//! connection and POSTs a pre-built 2026-07-28 `tools/call` (stateless: the
+//! envelope in `_meta`, the user's own token as the bearer) to its session's
+//! `/mcp/sessions/{id}`, reading only the status and whether the body is a
+//! result. No MCP SDK: a heavy client would saturate before the server.
 
 use std::time::Duration;
 
@@ -40,6 +46,8 @@ pub enum Shape {
     Approved,
     /// A call made as a task (the device answers its task), then `tasks/result`.
     Task,
+    /// One `tools/call` over `/mcp` (2026-07-28, stateless), not the backend link.
+    Mcp,
 }
 
 impl Shape {
@@ -50,6 +58,7 @@ impl Shape {
             Shape::Keyed => "keyed",
             Shape::Approved => "approved",
             Shape::Task => "task",
+            Shape::Mcp => "mcp",
         }
     }
 }
@@ -57,10 +66,10 @@ impl Shape {
 impl std::str::FromStr for Shape {
     type Err = String;
     fn from_str(s: &str) -> Result<Shape, String> {
-        [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task]
+        [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task, Shape::Mcp]
             .into_iter()
             .find(|shape| shape.name() == s)
-            .ok_or_else(|| format!("unknown call shape {s} (plain, keyed, approved, task)"))
+            .ok_or_else(|| format!("unknown call shape {s} (plain, keyed, approved, task, mcp)"))
     }
 }
 
@@ -225,7 +234,19 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
     let open = start + cfg.warmup;
     let close = open + cfg.window;
     let mut tasks = tokio::task::JoinSet::new();
-    for l in 0..links {
+    if cfg.shape == Shape::Mcp {
+        let sessions = std::sync::Arc::new(mcp_requests(&cfg));
+        for slot in 0..cfg.in_flight.max(1) {
+            tasks.spawn(mcp_slot(
+                cfg.url.clone(),
+                std::sync::Arc::clone(&sessions),
+                slot * 7919,
+                open,
+                close,
+            ));
+        }
+    }
+    for l in (0..links).filter(|_| cfg.shape != Shape::Mcp) {
         let slots = cfg.in_flight / links + usize::from(l < cfg.in_flight % links);
         let (url, token, frames) =
             (cfg.url.clone(), cfg.backend_token.clone(), std::sync::Arc::clone(&frames));
@@ -361,6 +382,113 @@ async fn link(
     Ok((calls, errors, h))
 }
 
+/// One session's MCP call, built once: its path, its bearer, the body.
+struct McpRequest {
+    path: String,
+    tool: String,
+    bearer: String,
+    body: bytes::Bytes,
+}
+
+/// The 2026-07-28 `tools/call` of every session, pinned to its device.
+fn mcp_requests(cfg: &DriverConfig) -> Vec<McpRequest> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": cfg.tool, "arguments": {"n": 1}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "tether-bench-driver", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }},
+    })
+    .to_string();
+    cfg.sessions
+        .iter()
+        .map(|s| McpRequest {
+            path: format!("/mcp/sessions/{}", s.session),
+            tool: cfg.tool.clone(),
+            bearer: format!("Bearer {}", s.credential),
+            body: bytes::Bytes::from(body.clone()),
+        })
+        .collect()
+}
+
+/// Whether an MCP answer is a tool result that is not an error.
+fn mcp_ok(status: http::StatusCode, body: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(body);
+    status.is_success() && text.contains("\"result\"") && !text.contains("\"isError\":true")
+}
+
+/// One slot over `/mcp`: its own connection, one call at a time; counts what lands in [open, close).
+async fn mcp_slot(
+    url: String,
+    requests: std::sync::Arc<Vec<McpRequest>>,
+    first: usize,
+    open: Instant,
+    close: Instant,
+) -> Result<(u64, u64, Histogram<u64>), HarnessError> {
+    use http_body_util::BodyExt;
+    let addr = url.trim_start_matches("ws://").trim_start_matches("http://").to_owned();
+    let stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| HarnessError::Peer(format!("driver could not connect to {addr}: {e}")))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| HarnessError::Peer(format!("driver http handshake: {e}")))?;
+    tokio::spawn(conn);
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut calls, mut errors) = (0u64, 0u64);
+    let mut next = first;
+    while Instant::now() < close {
+        next = (next + 7919) % requests.len();
+        let r = &requests[next];
+        let request = http::Request::post(r.path.as_str())
+            .header(http::header::HOST, addr.as_str())
+            .header(http::header::AUTHORIZATION, r.bearer.as_str())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            // 2026-07-28's standard headers: what the body says, for routers that do not parse it.
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", r.tool.as_str())
+            .body(http_body_util::Full::new(r.body.clone()))
+            .map_err(|e| HarnessError::Peer(format!("driver request: {e}")))?;
+        let sent = Instant::now();
+        let answered = match sender.send_request(request).await {
+            Ok(response) => {
+                let status = response.status();
+                match response.into_body().collect().await {
+                    Ok(body) => {
+                        let body = body.to_bytes();
+                        let ok = mcp_ok(status, &body);
+                        if !ok && errors == 0 && first == 0 {
+                            // The first failure says why; the count says how often.
+                            let text = String::from_utf8_lossy(&body);
+                            eprintln!(
+                                "bench-driver: /mcp answered {status}: {}",
+                                text.chars().take(400).collect::<String>()
+                            );
+                        }
+                        ok
+                    }
+                    Err(_) => false,
+                }
+            }
+            Err(e) => return Err(HarnessError::Peer(format!("driver lost its /mcp connection: {e}"))),
+        };
+        let now = Instant::now();
+        if sent >= open && now < close {
+            if answered {
+                calls += 1;
+                let us = u64::try_from(now.duration_since(sent).as_micros()).unwrap_or(u64::MAX);
+                let _ = h.record(us.max(1));
+            } else {
+                errors += 1;
+            }
+        }
+    }
+    Ok((calls, errors, h))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,5 +518,21 @@ mod tests {
             meta.remove("idempotency_key");
         }
         assert_eq!(without, plain);
+    }
+
+    #[test]
+    fn an_mcp_answer_counts_only_as_a_result_that_is_not_an_error() {
+        let ok = br#"event: message
+data: {"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}],"isError":false}}"#;
+        assert!(mcp_ok(http::StatusCode::OK, ok));
+        assert!(!mcp_ok(
+            http::StatusCode::OK,
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#
+        ));
+        assert!(!mcp_ok(
+            http::StatusCode::OK,
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}"#
+        ));
+        assert!(!mcp_ok(http::StatusCode::UNAUTHORIZED, b"{\"result\":1}"));
     }
 }

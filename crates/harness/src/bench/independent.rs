@@ -238,6 +238,13 @@ pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, Harnes
         eprintln!("bench (independent): tether, {} calls", shape.name());
         rows.push(measure(cfg, Target::Tether, 100, 64, false, false, shape).await?);
     }
+    // The MCP door (`/mcp`, 2026-07-28, raw HTTP) beside the native link, at
+    // one call in flight (added latency) and at 64 (throughput, CPU).
+    eprintln!("bench (independent): tether, native link and /mcp at one in flight");
+    rows.push(measure(cfg, Target::Tether, 100, 1, false, false, Shape::Plain).await?);
+    rows.push(measure(cfg, Target::Tether, 100, 1, false, false, Shape::Mcp).await?);
+    eprintln!("bench (independent): tether, /mcp at 64 in flight");
+    rows.push(measure(cfg, Target::Tether, 100, 64, false, false, Shape::Mcp).await?);
     Ok(rows)
 }
 
