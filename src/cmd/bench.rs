@@ -29,6 +29,10 @@ pub(crate) struct Args {
     /// Only idle memory per session and fail-fast latency.
     #[arg(long, conflicts_with = "independent")]
     idle: bool,
+    /// With --independent: only the MCP door beside the native link (100 and
+    /// 1,000 sessions, 1 and 64 in flight), and the summary ratios.
+    #[arg(long, requires = "independent")]
+    mcp: bool,
     /// The cluster bench instead: idle sessions over edges joined by one NATS
     /// server (needs nats-server), then calls local and across edges.
     #[arg(long)]
@@ -139,6 +143,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         quick: args.quick,
         independent_only: args.independent,
         idle_only: args.idle,
+        mcp_only: args.mcp,
         server: args.server_exe,
     };
     let report = tether_harness::bench::run(cfg).await.map_err(|e| e.to_string())?;

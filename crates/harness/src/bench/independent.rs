@@ -218,9 +218,71 @@ pub(super) fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), H
     std::fs::write(path, text).map_err(|e| HarnessError::io(path.display().to_string(), e))
 }
 
+/// `/mcp` against the native link at 100 sessions / 64 in flight, both plain
+/// calls in the same run: what the MCP door costs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct McpSummary {
+    /// `/mcp` calls/s over the native link's.
+    pub mcp_over_native_calls_per_s: f64,
+    /// `/mcp` server CPU per call over the native link's.
+    pub mcp_over_native_cpu_per_call: f64,
+}
+
+impl McpSummary {
+    /// The ratios, when the run measured both rows (and the native one did work).
+    pub fn of(rows: &[IndependentRow]) -> Option<McpSummary> {
+        let row = |shape: Shape| {
+            rows.iter().find(|r| {
+                r.target == Target::Tether
+                    && (r.sessions, r.in_flight) == (100, 64)
+                    && !r.move_seq
+                    && r.shape == shape
+            })
+        };
+        let (native, mcp) = (row(Shape::Plain)?, row(Shape::Mcp)?);
+        (native.calls_per_s > 0.0 && native.cpu_us_per_call > 0.0).then(|| McpSummary {
+            mcp_over_native_calls_per_s: mcp.calls_per_s / native.calls_per_s,
+            mcp_over_native_cpu_per_call: mcp.cpu_us_per_call / native.cpu_us_per_call,
+        })
+    }
+}
+
+/// The MCP door's rows: the native link and `/mcp` (2026-07-28, raw HTTP)
+/// side by side at one call in flight (added latency) and at 64 (throughput,
+/// CPU), at 100 sessions and, unless quick, 1,000.
+async fn mcp_rows(cfg: &BenchConfig, rows: &mut Vec<IndependentRow>) -> Result<(), HarnessError> {
+    let sessions: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
+    for &sessions in sessions {
+        for in_flight in [1, 64] {
+            for shape in [Shape::Plain, Shape::Mcp] {
+                let measured = rows.iter().any(|r| {
+                    r.target == Target::Tether
+                        && (r.sessions, r.in_flight, r.shape) == (sessions, in_flight, shape)
+                        && !r.move_seq
+                });
+                if measured {
+                    continue;
+                }
+                eprintln!(
+                    "bench (independent): tether, {} sessions={sessions} in_flight={in_flight}",
+                    shape.name()
+                );
+                rows.push(measure(cfg, Target::Tether, sessions, in_flight, false, false, shape).await?);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The independent rows of one run: both loads for the relay and tether, then
-/// tether with a seq that moves on every call, without and with a digest.
+/// tether with a seq that moves on every call, without and with a digest,
+/// the write contract's shapes and the MCP door. `mcp_only`: the door alone.
 pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, HarnessError> {
+    if cfg.mcp_only {
+        let mut rows = Vec::new();
+        mcp_rows(cfg, &mut rows).await?;
+        return Ok(rows);
+    }
     let loads: &[(usize, usize)] = if cfg.quick { &[(100, 64)] } else { &[(100, 64), (1000, 256)] };
     let mut rows = Vec::new();
     for &(sessions, in_flight) in loads {
@@ -238,13 +300,7 @@ pub(super) async fn run(cfg: &BenchConfig) -> Result<Vec<IndependentRow>, Harnes
         eprintln!("bench (independent): tether, {} calls", shape.name());
         rows.push(measure(cfg, Target::Tether, 100, 64, false, false, shape).await?);
     }
-    // The MCP door (`/mcp`, 2026-07-28, raw HTTP) beside the native link, at
-    // one call in flight (added latency) and at 64 (throughput, CPU).
-    eprintln!("bench (independent): tether, native link and /mcp at one in flight");
-    rows.push(measure(cfg, Target::Tether, 100, 1, false, false, Shape::Plain).await?);
-    rows.push(measure(cfg, Target::Tether, 100, 1, false, false, Shape::Mcp).await?);
-    eprintln!("bench (independent): tether, /mcp at 64 in flight");
-    rows.push(measure(cfg, Target::Tether, 100, 64, false, false, Shape::Mcp).await?);
+    mcp_rows(cfg, &mut rows).await?;
     Ok(rows)
 }
 
@@ -286,4 +342,49 @@ pub(super) fn table(rows: &[IndependentRow]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(shape: Shape, in_flight: usize, calls_per_s: f64, cpu_us_per_call: f64) -> IndependentRow {
+        IndependentRow {
+            target: Target::Tether,
+            sessions: 100,
+            in_flight,
+            move_seq: false,
+            digest: false,
+            shape,
+            calls: 1,
+            errors: 0,
+            calls_per_s,
+            p50_us: 1,
+            p99_us: 1,
+            cpu_us_per_call,
+            switches_per_call: 0.0,
+            syscalls_per_call: 0.0,
+            fleet_cpu_us_per_call: 0.0,
+            driver_cpu_us_per_call: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_summary_compares_mcp_with_the_native_link_at_64_in_flight_only() {
+        let rows = [
+            row(Shape::Plain, 1, 5_000.0, 40.0),
+            row(Shape::Mcp, 1, 1_000.0, 250.0),
+            row(Shape::Plain, 64, 40_000.0, 12.0),
+            row(Shape::Mcp, 64, 4_000.0, 60.0),
+        ];
+        let s = McpSummary::of(&rows).unwrap_or_else(|| panic!("both rows are there"));
+        assert!((s.mcp_over_native_calls_per_s - 0.1).abs() < 1e-9, "{s:?}");
+        assert!((s.mcp_over_native_cpu_per_call - 5.0).abs() < 1e-9, "{s:?}");
+        let json = serde_json::to_value(s).unwrap_or_default();
+        assert!(
+            json.get("mcp_over_native_calls_per_s").is_some()
+                && json.get("mcp_over_native_cpu_per_call").is_some()
+        );
+        assert_eq!(McpSummary::of(&rows[..3]), None, "no /mcp row at 64 in flight");
+    }
 }

@@ -49,6 +49,8 @@ pub struct BenchConfig {
     pub independent_only: bool,
     /// Only idle memory and fail-fast (the rows a memory change moves).
     pub idle_only: bool,
+    /// Only the MCP door beside the native link (independent rows).
+    pub mcp_only: bool,
     /// Another build's `tether` whose `serve` is measured instead (devices,
     /// drivers and the relay stay this build's): a before/after in one run.
     pub server: Option<PathBuf>,
@@ -570,6 +572,9 @@ async fn fail_fast(cfg: &BenchConfig) -> Result<FailFast, HarnessError> {
 pub struct BenchReport {
     /// Throughput under the independent driver (server, devices and driver in three processes).
     pub independent: Vec<independent::IndependentRow>,
+    /// `/mcp` over the native link at 100 sessions / 64 in flight, when both were measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<independent::McpSummary>,
     /// Throughput rows under the through-core driver.
     pub rows: Vec<Row>,
     /// Idle memory per target.
@@ -584,12 +589,14 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
         let idle = idle_rows(&cfg).await?;
         eprintln!("bench: tether fail-fast");
         let fail_fast = fail_fast(&cfg).await?;
-        return Ok(BenchReport { independent: Vec::new(), rows: Vec::new(), idle, fail_fast });
+        return Ok(BenchReport { independent: Vec::new(), summary: None, rows: Vec::new(), idle, fail_fast });
     }
     let independent = independent::run(&cfg).await?;
+    let summary = independent::McpSummary::of(&independent);
     if cfg.independent_only {
         return Ok(BenchReport {
             independent,
+            summary,
             rows: Vec::new(),
             idle: Vec::new(),
             fail_fast: FailFast::default(),
@@ -624,7 +631,7 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, HarnessError> {
     let idle = idle_rows(&cfg).await?;
     eprintln!("bench: tether fail-fast");
     let fail_fast = fail_fast(&cfg).await?;
-    Ok(BenchReport { independent, rows, idle, fail_fast })
+    Ok(BenchReport { independent, summary, rows, idle, fail_fast })
 }
 
 /// Idle memory of both relays and tether.
@@ -644,6 +651,12 @@ impl BenchReport {
         if !self.independent.is_empty() {
             out.push_str("Independent driver (devices, driver and server in three processes):\n\n");
             out.push_str(&independent::table(&self.independent));
+            if let Some(s) = &self.summary {
+                out.push_str(&format!(
+                    "\n/mcp over the native link (100 sessions, 64 in flight): {:.2}x the calls/s, {:.2}x the server CPU per call\n",
+                    s.mcp_over_native_calls_per_s, s.mcp_over_native_cpu_per_call
+                ));
+            }
         }
         if !self.rows.is_empty() {
             out.push_str(&self.through_core_table());
