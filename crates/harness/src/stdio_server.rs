@@ -86,7 +86,10 @@ fn signed(order: &str) -> CallToolResult {
 impl ServerHandler for SimServer {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::default();
-        capabilities.tools = Some(Default::default());
+        // Its catalog never changes, but a 2026-07-28 client may listen for changes all the same.
+        let mut tools = rmcp::model::ToolsCapability::default();
+        tools.list_changed = Some(true);
+        capabilities.tools = Some(tools);
         capabilities.extensions =
             Some([(rmcp::model::TASKS_EXTENSION_ID.to_owned(), JsonObject::new())].into());
         ServerConfig::new(capabilities)
@@ -94,6 +97,13 @@ impl ServerHandler for SimServer {
             .with_instructions(
                 "A simulated field-service app. `echo` answers at once; `collect_signature` waits for the customer to sign.",
             )
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(requested.clone())
     }
 
     async fn list_tools(
