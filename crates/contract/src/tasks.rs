@@ -118,7 +118,8 @@ impl TaskStatus {
 }
 
 /// A task as a device reports it (MCP's `Task`): in a [`CreateTaskResult`],
-/// `tasks/get`, `tasks/cancel` and `notifications/tasks/status`.
+/// `tasks/get`, `tasks/cancel` and `notifications/tasks/status`; read from
+/// the 2026-07-28 extension's names too (`ttlMs`, `pollIntervalMs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceTask {
@@ -136,10 +137,10 @@ pub struct DeviceTask {
     #[serde(default)]
     pub last_updated_at: String,
     /// The time to live the device chose, in ms (null: unlimited).
-    #[serde(default)]
+    #[serde(default, alias = "ttlMs")]
     pub ttl: Option<u64>,
     /// How often the device suggests looking, in ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "pollIntervalMs")]
     pub poll_interval: Option<u64>,
 }
 
@@ -159,25 +160,9 @@ pub struct ExtensionTask {
     /// `"task"` on the answer that starts it; `"complete"` on `tasks/get`.
     #[serde(default)]
     pub result_type: Option<String>,
-    /// The device's own id for it.
-    pub task_id: String,
-    /// Where it is.
-    pub status: TaskStatus,
-    /// A short human line about it.
-    #[serde(default)]
-    pub status_message: Option<String>,
-    /// When the device made it (ISO 8601).
-    #[serde(default)]
-    pub created_at: String,
-    /// When it last moved (ISO 8601).
-    #[serde(default)]
-    pub last_updated_at: String,
-    /// The time to live the device chose, in ms (null: unlimited).
-    #[serde(default)]
-    pub ttl_ms: Option<u64>,
-    /// How often the device suggests polling, in ms.
-    #[serde(default)]
-    pub poll_interval_ms: Option<u64>,
+    /// The task itself, its fields inline.
+    #[serde(flatten)]
+    pub task: DeviceTask,
     /// Once `completed`: the call's `CallToolResult`, as the device wrote it.
     #[serde(default)]
     pub result: Option<Box<serde_json::value::RawValue>>,
@@ -190,19 +175,6 @@ impl ExtensionTask {
     /// Whether this is the answer that starts a task (not a `tasks/get` result).
     pub fn started(&self) -> bool {
         self.result_type.as_deref() == Some("task")
-    }
-
-    /// The task in the shape the edge follows every device's task by.
-    pub fn device_task(&self) -> DeviceTask {
-        DeviceTask {
-            task_id: self.task_id.clone(),
-            status: self.status,
-            status_message: self.status_message.clone(),
-            created_at: self.created_at.clone(),
-            last_updated_at: self.last_updated_at.clone(),
-            ttl: self.ttl_ms,
-            poll_interval: self.poll_interval_ms,
-        }
     }
 }
 
@@ -301,8 +273,7 @@ mod tests {
             "lastUpdatedAt": "2026-12-06T10:00:00Z", "ttlMs": 60000, "pollIntervalMs": 500}"#;
         let t: ExtensionTask = serde_json::from_str(started).unwrap_or_else(|e| panic!("{e}"));
         assert!(t.started());
-        let device = t.device_task();
-        assert_eq!((device.ttl, device.poll_interval), (Some(60000), Some(500)));
+        assert_eq!((t.task.ttl, t.task.poll_interval), (Some(60000), Some(500)));
         let done = r#"{"resultType": "complete", "taskId": "t2", "status": "completed", "createdAt": "",
             "lastUpdatedAt": "", "ttlMs": null, "result": {"content": [{"type": "text", "text": "ok"}]}}"#;
         let t: ExtensionTask = serde_json::from_str(done).unwrap_or_else(|e| panic!("{e}"));

@@ -24,6 +24,8 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use tether_rpc::lock;
+
 /// The time to live the server gives its tasks, in ms (five minutes to sign).
 pub const TASK_TTL_MS: u64 = 300_000;
 /// How often the server suggests its tasks be polled, in ms.
@@ -60,13 +62,9 @@ impl SimServer {
     /// The tasks a client cancelled, by id.
     pub fn cancelled(&self) -> Vec<String> {
         let mut ids: Vec<String> =
-            self.tasks().iter().filter(|(_, s)| s.cancelled).map(|(id, _)| id.clone()).collect();
+            lock(&self.tasks).iter().filter(|(_, s)| s.cancelled).map(|(id, _)| id.clone()).collect();
         ids.sort();
         ids
-    }
-
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Signing>> {
-        self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -150,9 +148,13 @@ impl ServerHandler for SimServer {
                     tokio::time::sleep(self.signing).await;
                     return Ok(signed(&order).into());
                 }
-                let id = format!("signature-{}", self.tasks().len() + 1);
                 let signing = Signing { order, done_at: Instant::now() + self.signing, cancelled: false };
-                self.tasks().insert(id.clone(), signing);
+                let id = {
+                    let mut tasks = lock(&self.tasks);
+                    let id = format!("signature-{}", tasks.len() + 1);
+                    tasks.insert(id.clone(), signing);
+                    id
+                };
                 let task = Task::new(id, TaskStatus::Working, stamp(), stamp())
                     .with_ttl_ms(TASK_TTL_MS)
                     .with_poll_interval_ms(POLL_MS)
@@ -168,7 +170,7 @@ impl ServerHandler for SimServer {
         request: GetTaskParams,
         _: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let Some(signing) = self.tasks().get(&request.task_id).cloned() else {
+        let Some(signing) = lock(&self.tasks).get(&request.task_id).cloned() else {
             return Err(ErrorData::invalid_params(format!("no task {}", request.task_id), None));
         };
         let task = Task::new(request.task_id, TaskStatus::Working, stamp(), stamp())
@@ -191,7 +193,7 @@ impl ServerHandler for SimServer {
         request: CancelTaskParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        match self.tasks().get_mut(&request.task_id) {
+        match lock(&self.tasks).get_mut(&request.task_id) {
             Some(signing) => {
                 signing.cancelled = true;
                 Ok(())

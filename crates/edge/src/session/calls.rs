@@ -362,7 +362,7 @@ impl Session {
             .with("limit", result_cap));
         }
         if let Some(ttl) = task {
-            if let Some(started) = Session::started_task(raw.get()) {
+            if let Some(started) = super::tasks::started_task(raw.get()) {
                 return self.begin_task(started, &params.name, ttl, applied.seq);
             }
             // A device may run an optional task inline: its answer is the result.

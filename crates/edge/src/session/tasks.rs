@@ -353,16 +353,6 @@ impl Session {
         DeviceTaskParams { task_id: device_id.to_owned(), meta }
     }
 
-    /// The task a device answered a call made as one with, in either
-    /// revision's shape; None when it answered inline.
-    pub(super) fn started_task(raw: &str) -> Option<(DeviceTask, bool)> {
-        if let Ok(created) = serde_json::from_str::<tether_contract::tasks::CreateTaskResult>(raw) {
-            return Some((created.task, false));
-        }
-        let extension = serde_json::from_str::<ExtensionTask>(raw).ok().filter(ExtensionTask::started)?;
-        Some((extension.device_task(), true))
-    }
-
     /// Files the task a device answered a call with, starts following it, and
     /// returns what the call answers: a sentence and the task's state.
     /// `polled`: the device's task is followed by polling `tasks/get`.
@@ -455,6 +445,17 @@ impl Session {
     }
 }
 
+/// The task a device answered a call made as one with, in either revision's
+/// shape, and whether it is followed by polling (the 2026-07-28 extension);
+/// None when the device answered inline.
+pub(super) fn started_task(raw: &str) -> Option<(DeviceTask, bool)> {
+    if let Ok(created) = serde_json::from_str::<tether_contract::tasks::CreateTaskResult>(raw) {
+        return Some((created.task, false));
+    }
+    let extension = serde_json::from_str::<ExtensionTask>(raw).ok().filter(ExtensionTask::started)?;
+    Some((extension.task, true))
+}
+
 /// Where a device's status puts a running task: the outcome comes with
 /// `tasks/result`, so a status says only where it is, never that it ended.
 fn running(status: TaskStatus) -> TaskStatus {
@@ -494,7 +495,7 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
             break Err(expired(&hub, &record));
         }
         let answer = if record.polled {
-            poll(&hub, &session, &record, left).await
+            poll(&session, &record, left).await
         } else {
             let params = session.device_task_params(&record.device_id);
             // Keyed: it waits out a detach, and ends Resumed when the device comes back.
@@ -537,7 +538,6 @@ async fn follow(hub: Arc<Hub>, record: Arc<TaskRecord>) {
 /// error it ended with. A poll is keyed, so it waits out a detach and ends
 /// `Resumed` when the device comes back (the follower asks again there).
 async fn poll(
-    hub: &Hub,
     session: &Session,
     record: &TaskRecord,
     left: Duration,
@@ -555,7 +555,7 @@ async fn poll(
         let (raw, _) = session.request(method::TASKS_GET, params, wait, &record.tool, true).await?;
         let task: ExtensionTask = serde_json::from_str(raw.get())
             .map_err(|e| RequestError::Malformed(format!("device sent a malformed tasks/get result: {e}")))?;
-        match task.status {
+        match task.task.status {
             TaskStatus::Completed => {
                 let result = task.result.ok_or_else(|| {
                     RequestError::Malformed("device said the task completed but sent no result".into())
@@ -573,7 +573,7 @@ async fn poll(
                 return Err(RequestError::Remote(why));
             }
             TaskStatus::Working | TaskStatus::InputRequired => {
-                record.device_said(hub, task.status, task.status_message);
+                record.device_said(&session.hub, task.task.status, task.task.status_message);
             }
         }
         let now = Instant::now();

@@ -235,24 +235,19 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
     let close = open + cfg.window;
     let mut tasks = tokio::task::JoinSet::new();
     if cfg.shape == Shape::Mcp {
-        let sessions = std::sync::Arc::new(mcp_requests(&cfg));
+        let calls = std::sync::Arc::new(McpCalls::of(&cfg));
         for slot in 0..cfg.in_flight.max(1) {
-            tasks.spawn(mcp_slot(
-                cfg.url.clone(),
-                std::sync::Arc::clone(&sessions),
-                slot * 7919,
-                open,
-                close,
-            ));
+            tasks.spawn(mcp_slot(cfg.url.clone(), std::sync::Arc::clone(&calls), slot * 7919, open, close));
         }
-    }
-    for l in (0..links).filter(|_| cfg.shape != Shape::Mcp) {
-        let slots = cfg.in_flight / links + usize::from(l < cfg.in_flight % links);
-        let (url, token, frames) =
-            (cfg.url.clone(), cfg.backend_token.clone(), std::sync::Arc::clone(&frames));
-        let first = l * 7919;
-        let shaped = (cfg.shape, cfg.tool.clone(), std::sync::Arc::clone(&sessions), l);
-        tasks.spawn(link(url, token, frames, shaped, slots, first, open, close));
+    } else {
+        for l in 0..links {
+            let slots = cfg.in_flight / links + usize::from(l < cfg.in_flight % links);
+            let (url, token, frames) =
+                (cfg.url.clone(), cfg.backend_token.clone(), std::sync::Arc::clone(&frames));
+            let first = l * 7919;
+            let shaped = (cfg.shape, cfg.tool.clone(), std::sync::Arc::clone(&sessions), l);
+            tasks.spawn(link(url, token, frames, shaped, slots, first, open, close));
+        }
     }
     tokio::time::sleep_until(open).await;
     marks("measuring");
@@ -294,8 +289,7 @@ async fn link(
     let (mut ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
         .await
         .map_err(|e| HarnessError::Peer(format!("driver could not connect: {e}")))?;
-    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut calls, mut errors) = (0u64, 0u64);
+    let mut tally = Tally::new()?;
     let mut sent = vec![Instant::now(); slots];
     // Per slot: the session its sequence calls, and where the sequence is.
     let mut at_session = vec![0usize; slots];
@@ -354,18 +348,7 @@ async fn link(
                 }
                 continue;
             }
-            Err(ok) => {
-                if sent[slot] >= open && now < close {
-                    if ok {
-                        calls += 1;
-                        let us =
-                            u64::try_from(now.duration_since(sent[slot]).as_micros()).unwrap_or(u64::MAX);
-                        let _ = h.record(us.max(1));
-                    } else {
-                        errors += 1;
-                    }
-                }
-            }
+            Err(ok) => tally.land(sent[slot], now, ok, (open, close)),
         }
         if now >= close {
             outstanding -= 1;
@@ -377,39 +360,68 @@ async fn link(
             break;
         }
     }
-    errors += u64::try_from(outstanding).unwrap_or(0);
+    tally.errors += u64::try_from(outstanding).unwrap_or(0);
     let _ = ws.close(None).await;
-    Ok((calls, errors, h))
+    Ok(tally.into_parts())
 }
 
-/// One session's MCP call, built once: its path, its bearer, the body.
-struct McpRequest {
-    path: String,
+/// The MCP calls, built once: one body and tool for all, each session's path and bearer.
+struct McpCalls {
     tool: String,
-    bearer: String,
     body: bytes::Bytes,
+    /// Per session: `/mcp/sessions/{id}` and `Bearer <its user's token>`.
+    sessions: Vec<(String, String)>,
 }
 
-/// The 2026-07-28 `tools/call` of every session, pinned to its device.
-fn mcp_requests(cfg: &DriverConfig) -> Vec<McpRequest> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": cfg.tool, "arguments": {"n": 1}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "tether-bench-driver", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {},
-        }},
-    })
-    .to_string();
-    cfg.sessions
-        .iter()
-        .map(|s| McpRequest {
-            path: format!("/mcp/sessions/{}", s.session),
-            tool: cfg.tool.clone(),
-            bearer: format!("Bearer {}", s.credential),
-            body: bytes::Bytes::from(body.clone()),
-        })
-        .collect()
+impl McpCalls {
+    /// The 2026-07-28 `tools/call` to every session, pinned to its device.
+    fn of(cfg: &DriverConfig) -> McpCalls {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": cfg.tool, "arguments": {"n": 1}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "tether-bench-driver", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }},
+        });
+        let sessions = cfg
+            .sessions
+            .iter()
+            .map(|s| (format!("/mcp/sessions/{}", s.session), format!("Bearer {}", s.credential)))
+            .collect();
+        McpCalls { tool: cfg.tool.clone(), body: bytes::Bytes::from(body.to_string()), sessions }
+    }
+}
+
+/// What one link or slot measured: answers landing in the window, by outcome.
+struct Tally {
+    calls: u64,
+    errors: u64,
+    latency: Histogram<u64>,
+}
+
+impl Tally {
+    fn new() -> Result<Tally, HarnessError> {
+        Ok(Tally { calls: 0, errors: 0, latency: Histogram::new_with_bounds(1, 60_000_000, 3)? })
+    }
+
+    /// Counts an answer to a request sent at `sent`, if both fall in [open, close).
+    fn land(&mut self, sent: Instant, now: Instant, ok: bool, (open, close): (Instant, Instant)) {
+        if sent < open || now >= close {
+            return;
+        }
+        if ok {
+            self.calls += 1;
+            let us = u64::try_from(now.duration_since(sent).as_micros()).unwrap_or(u64::MAX);
+            let _ = self.latency.record(us.max(1));
+        } else {
+            self.errors += 1;
+        }
+    }
+
+    fn into_parts(self) -> (u64, u64, Histogram<u64>) {
+        (self.calls, self.errors, self.latency)
+    }
 }
 
 /// Whether an MCP answer is a tool result that is not an error.
@@ -421,7 +433,7 @@ fn mcp_ok(status: http::StatusCode, body: &[u8]) -> bool {
 /// One slot over `/mcp`: its own connection, one call at a time; counts what lands in [open, close).
 async fn mcp_slot(
     url: String,
-    requests: std::sync::Arc<Vec<McpRequest>>,
+    calls: std::sync::Arc<McpCalls>,
     first: usize,
     open: Instant,
     close: Instant,
@@ -435,22 +447,21 @@ async fn mcp_slot(
         .await
         .map_err(|e| HarnessError::Peer(format!("driver http handshake: {e}")))?;
     tokio::spawn(conn);
-    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut calls, mut errors) = (0u64, 0u64);
+    let mut tally = Tally::new()?;
     let mut next = first;
     while Instant::now() < close {
-        next = (next + 7919) % requests.len();
-        let r = &requests[next];
-        let request = http::Request::post(r.path.as_str())
+        next = (next + 7919) % calls.sessions.len();
+        let (path, bearer) = &calls.sessions[next];
+        let request = http::Request::post(path.as_str())
             .header(http::header::HOST, addr.as_str())
-            .header(http::header::AUTHORIZATION, r.bearer.as_str())
+            .header(http::header::AUTHORIZATION, bearer.as_str())
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
             // 2026-07-28's standard headers: what the body says, for routers that do not parse it.
             .header("mcp-method", "tools/call")
-            .header("mcp-name", r.tool.as_str())
-            .body(http_body_util::Full::new(r.body.clone()))
+            .header("mcp-name", calls.tool.as_str())
+            .body(http_body_util::Full::new(calls.body.clone()))
             .map_err(|e| HarnessError::Peer(format!("driver request: {e}")))?;
         let sent = Instant::now();
         let answered = match sender.send_request(request).await {
@@ -460,7 +471,7 @@ async fn mcp_slot(
                     Ok(body) => {
                         let body = body.to_bytes();
                         let ok = mcp_ok(status, &body);
-                        if !ok && errors == 0 && first == 0 {
+                        if !ok && tally.errors == 0 && first == 0 {
                             // The first failure says why; the count says how often.
                             let text = String::from_utf8_lossy(&body);
                             eprintln!(
@@ -475,18 +486,9 @@ async fn mcp_slot(
             }
             Err(e) => return Err(HarnessError::Peer(format!("driver lost its /mcp connection: {e}"))),
         };
-        let now = Instant::now();
-        if sent >= open && now < close {
-            if answered {
-                calls += 1;
-                let us = u64::try_from(now.duration_since(sent).as_micros()).unwrap_or(u64::MAX);
-                let _ = h.record(us.max(1));
-            } else {
-                errors += 1;
-            }
-        }
+        tally.land(sent, Instant::now(), answered, (open, close));
     }
-    Ok((calls, errors, h))
+    Ok(tally.into_parts())
 }
 
 #[cfg(test)]
