@@ -17,6 +17,10 @@ use tether_config::LogFormat;
 mod cmd;
 mod common;
 
+/// Every tether process allocates through mimalloc (see Cargo.toml for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "tether", version, about = "Realtime broker for tools that run on the client")]
 struct Cli {

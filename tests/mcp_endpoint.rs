@@ -673,3 +673,68 @@ async fn a_tasks_extension_client_gets_the_task_and_follows_it_with_get_and_canc
     wait_until(|| device.observed.task_cancels().len() == 1).await;
     assert_eq!(mcp.gateway.metrics().get("tasks_returned"), 2);
 }
+
+/// A stateless 2026-07-28 request (`tools/list` or `tools/call`), raw.
+async fn post_stateless(url: &str, token: &str, method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let mut headers = format!(
+        "Authorization: Bearer {token}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n"
+    );
+    if let Some(name) = params["name"].as_str() {
+        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let response = post(url, &headers, &body).await;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+    // One JSON body for an answer with nothing before it.
+    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// `/mcp` remembers who a token is and the catalog its turn bound, so a
+/// call is one round trip to the edge; a device coming online or going
+/// away, or a catalog moving, is seen on the very next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_remembers_a_token_and_forgets_what_the_edge_changes() {
+    let mcp = McpEdge::start().await;
+    let (kiosk, _) = mcp.device("mira", DeviceSpec::minimal(vec![tool("print_receipt")])).await;
+    let mira = common::user("mira");
+    let listed = |v: &Value| -> Vec<String> {
+        v["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = post_stateless(&mcp.mcp, &mira, "tools/list", json!({})).await;
+    assert_eq!(listed(&first), ["client__print_receipt"], "{first}");
+    for _ in 0..2 {
+        let call = post_stateless(
+            &mcp.mcp,
+            &mira,
+            "tools/call",
+            json!({"name": "client__print_receipt", "arguments": {}}),
+        )
+        .await;
+        assert_eq!(call["result"]["content"][0]["text"], json!("print_receipt done"), "{call}");
+    }
+    assert_eq!(kiosk.observed.calls().len(), 2);
+    assert_eq!(mcp.gateway.metrics().get("requests_remembered"), 2, "both calls came from memory");
+
+    // A second device: its session opening is an edge event the memory heeds.
+    let (scanner, _) = mcp.device("mira", DeviceSpec::minimal(vec![tool("scan_barcode")])).await;
+    let both = post_stateless(&mcp.mcp, &mira, "tools/list", json!({})).await;
+    assert_eq!(listed(&both).len(), 2, "the new device is listed at once: {both}");
+    // It goes away again: so do its tools.
+    scanner.disconnect().await;
+    wait_until(|| mcp.edge.hub.session_count() == 1).await;
+    let one = post_stateless(&mcp.mcp, &mira, "tools/list", json!({})).await;
+    assert_eq!(listed(&one), ["client__print_receipt"], "{one}");
+}

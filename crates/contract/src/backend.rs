@@ -81,6 +81,10 @@ pub struct ReaderInfo {
     /// True for an operator credential (reads every session, calls none).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub operator: bool,
+    /// When the credential stops being valid (its `exp`, Unix seconds): a
+    /// door that remembers who a token is (`/mcp`) forgets it by then.
+    #[serde(default, rename = "expiresAt", skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// `_meta` of a read (`sessions/list`, `turn/begin`, `tools/list`, `sessions/inspect`).

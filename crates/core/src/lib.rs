@@ -47,4 +47,4 @@ pub use registry::{Registry, RegistryError, FIND_TOOLS};
 pub use scope::{Binding, CallerProfile, ProfileError, Profiles};
 pub use source::{read_with_retries, AuthPosture, CallContext, LatencyClass, ToolSource};
 pub use tether_contract::{ErrorKind, WireError};
-pub use turn::{CallOptions, Turn};
+pub use turn::{CallOptions, Turn, TurnStart};

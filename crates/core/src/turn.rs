@@ -42,20 +42,20 @@ use tether_rpc::lock;
 pub(crate) struct ClientSource<'a> {
     link: &'a BackendLink,
     session: String,
-    manifest: Mutex<Option<Manifest>>,
+    manifest: Mutex<Option<Arc<Manifest>>>,
 }
 
 impl ClientSource<'_> {
-    fn manifest(&self) -> Option<Manifest> {
+    fn manifest(&self) -> Option<Arc<Manifest>> {
         lock(&self.manifest).clone()
     }
 
     fn set_manifest(&self, manifest: Manifest) {
-        *lock(&self.manifest) = Some(manifest);
+        *lock(&self.manifest) = Some(Arc::new(manifest));
     }
 
     fn seq(&self) -> Option<u64> {
-        self.manifest().map(|m| m.seq)
+        lock(&self.manifest).as_ref().map(|m| m.seq)
     }
 }
 
@@ -73,7 +73,7 @@ impl ToolSource for ClientSource<'_> {
     }
 
     fn tools(&self) -> Vec<ToolDeclaration> {
-        self.manifest().map(|m| m.tools).unwrap_or_default()
+        self.manifest().map(|m| m.tools.clone()).unwrap_or_default()
     }
 
     fn call<'b>(
@@ -159,10 +159,44 @@ pub struct Turn<'a> {
     /// The turn's user as the edge verified them at turn start.
     principal: Option<String>,
     registry: Registry,
-    gates: HashMap<String, Gate>,
-    listed: Vec<ToolDeclaration>,
+    /// Shared with the [`TurnStart`] it was taken from or given: read-only once built.
+    gates: Arc<HashMap<String, Gate>>,
+    listed: Arc<Vec<ToolDeclaration>>,
     discovered: HashSet<String>,
     search: Search,
+}
+
+/// What a turn's start read and compiled (the bound manifest, the verified
+/// user, the gates), kept so a later turn of the same user on the same
+/// session starts without reading again: a door that serves one request per
+/// turn (`/mcp`) pays the catalog read once per session, not once per call.
+///
+/// It stays right while the session's catalog does: whoever keeps one drops
+/// it when the session's list changes, and the edge checks every call
+/// against the manifest it applied regardless (a stale seq gets the fresh
+/// manifest back with the answer).
+#[derive(Debug, Clone)]
+pub struct TurnStart {
+    session: String,
+    manifest: Arc<Manifest>,
+    turn_id: Option<String>,
+    principal: Option<String>,
+    profile: Arc<CallerProfile>,
+    registry: Registry,
+    gates: Arc<HashMap<String, Gate>>,
+    listed: Arc<Vec<ToolDeclaration>>,
+}
+
+impl TurnStart {
+    /// The manifest's seq the gates were built from.
+    pub fn seq(&self) -> u64 {
+        self.manifest.seq
+    }
+
+    /// The session it was read from.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
 }
 
 impl<'a> Turn<'a> {
@@ -201,8 +235,8 @@ impl<'a> Turn<'a> {
             credential: user.map(str::to_owned),
             principal: None,
             registry: Registry::new(),
-            gates: HashMap::new(),
-            listed: Vec::new(),
+            gates: Arc::default(),
+            listed: Arc::default(),
             discovered: HashSet::new(),
             search: Search::default(),
         };
@@ -230,6 +264,55 @@ impl<'a> Turn<'a> {
         fallback!(turn.counters.turn_start_fallbacks, warn, session, error = %err, "turn-start catalog read failed; the turn proceeds without client tools");
         turn.degraded = Some(err);
         turn.rebuild();
+        turn
+    }
+
+    /// What this turn's start bound, to start another turn from without
+    /// reading again ([`Turn::resume`]); None when the start read failed.
+    pub fn start(&self) -> Option<TurnStart> {
+        if self.degraded.is_some() {
+            return None;
+        }
+        Some(TurnStart {
+            session: self.client.session.clone(),
+            manifest: self.client.manifest()?,
+            turn_id: self.turn_id.clone(),
+            principal: self.principal.clone(),
+            profile: Arc::clone(&self.profile),
+            registry: self.registry.clone(),
+            gates: Arc::clone(&self.gates),
+            listed: Arc::clone(&self.listed),
+        })
+    }
+
+    /// Starts a turn from what an earlier turn of the same user bound
+    /// ([`Turn::start`]), with no read: the same manifest, gates and caller
+    /// profile, nothing discovered yet. `user` must be the credential that
+    /// turn started with (the edge checks it on every call).
+    pub fn resume(link: &'a BackendLink, start: &TurnStart, user: &str, budgets: Budgets) -> Turn<'a> {
+        let mut turn = Turn {
+            client: ClientSource {
+                link,
+                session: start.session.clone(),
+                manifest: Mutex::new(Some(Arc::clone(&start.manifest))),
+            },
+            budgets,
+            turn_id: start.turn_id.clone(),
+            degraded: None,
+            counters: link.counters(),
+            profile: Arc::clone(&start.profile),
+            credential: Some(user.to_owned()),
+            principal: start.principal.clone(),
+            registry: start.registry.clone(),
+            gates: Arc::clone(&start.gates),
+            listed: Arc::clone(&start.listed),
+            discovered: HashSet::new(),
+            search: Search::default(),
+        };
+        if turn.profile.binding == Binding::Discovery {
+            // What the earlier turn found is its own; this one starts from find_tools.
+            turn.rebuild();
+        }
         turn
     }
 
@@ -297,7 +380,7 @@ impl<'a> Turn<'a> {
                 );
             }
         }
-        self.listed = match self.profile.binding {
+        self.listed = Arc::new(match self.profile.binding {
             Binding::Direct => {
                 order.iter().filter_map(|n| gates.get(n)).map(|g| g.declaration.clone()).collect()
             }
@@ -310,12 +393,12 @@ impl<'a> Turn<'a> {
                         .map(|g| g.declaration.clone()),
                 )
                 .collect(),
-        };
+        });
         if self.profile.binding == Binding::Discovery {
             self.search
                 .update(order.iter().filter_map(|n| gates.get(n)).map(|g| g.declaration.clone()).collect());
         }
-        self.gates = gates;
+        self.gates = Arc::new(gates);
     }
 
     /// Adds the backend's server-side sources; the caller's profile decides
@@ -333,13 +416,13 @@ impl<'a> Turn<'a> {
 
     /// The client manifest this turn is bound to (None when degraded).
     pub fn manifest(&self) -> Option<Manifest> {
-        self.client.manifest()
+        self.client.manifest().map(|m| (*m).clone())
     }
 
     /// The client's concept and context as one delimited block of information
     /// for the model's prompt, within `max_bytes` (see [`crate::context`]).
     pub fn context_block(&self, max_bytes: usize) -> Option<String> {
-        crate::context::context_block(&self.client.manifest()?, max_bytes, &self.counters)
+        crate::context::context_block(&*self.client.manifest()?, max_bytes, &self.counters)
     }
 
     /// Why the turn has no client tools, when the turn-start read failed.

@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use tether_contract::backend::{method, CallParams, ListParams, SessionParams, SessionsList};
+use tether_contract::backend::{method, CallParams, ListParams, ReaderInfo, SessionParams, SessionsList};
 use tether_contract::error::{ErrorKind, WireError};
 use tether_contract::jsonrpc::{self, Frame};
 use tether_contract::mcp;
@@ -77,6 +77,11 @@ fn caller(hub: &Hub, session: &str, credential: Option<&str>) -> Result<String, 
 /// Verifies a read's credential: a user's (`tether-client`) or an operator's
 /// (`tether-operator`). Nothing else reads, whatever token opened the link.
 fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Reader, WireError> {
+    reader_until(hub, method_name, credential).map(|(reader, _)| reader)
+}
+
+/// [`reader`], and the credential's `exp` (Unix seconds).
+fn reader_until(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<(Reader, u64), WireError> {
     let refuse = |kind: ErrorKind, message: String| {
         fallback!(
             hub.counters().reads_refused,
@@ -94,12 +99,12 @@ fn reader(hub: &Hub, method_name: &str, credential: Option<&str>) -> Result<Read
         );
     };
     match hub.auth.verify_remembered(token, Link::Client) {
-        Ok(claims) => Ok(Reader::User(claims.sub)),
+        Ok(claims) => Ok((Reader::User(claims.sub), claims.exp)),
         Err(as_user) => match hub.auth.verify_remembered(token, Link::Operator) {
             Ok(claims) => {
                 EdgeCounters::bump(&hub.counters().operator_reads);
                 info!(operator = %claims.sub, method = method_name, "operator credential used to read sessions");
-                Ok(Reader::Operator(claims.sub))
+                Ok((Reader::Operator(claims.sub), claims.exp))
             }
             Err(_) => {
                 refuse(ErrorKind::Unauthenticated, format!("the reader's credential was refused: {as_user}"))
@@ -126,9 +131,10 @@ pub async fn handle(
     match method_name {
         method::SESSIONS_LIST => {
             let p: ListParams = params(raw)?;
-            let reader = reader(hub, method_name, p.meta.credential.as_deref())?;
+            let (reader, expires_at) = reader_until(hub, method_name, p.meta.credential.as_deref())?;
             let sessions = router.list(hub, &reader, p.session.as_deref()).await?;
-            to_value(&SessionsList { sessions, reader: Some(reader.info()) })
+            let info = ReaderInfo { expires_at: Some(expires_at), ..reader.info() };
+            to_value(&SessionsList { sessions, reader: Some(info) })
         }
         method::TURN_BEGIN => {
             let p: SessionParams = params(raw)?;

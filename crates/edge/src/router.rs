@@ -51,8 +51,12 @@ impl Reader {
     /// How `sessions/list` names the reader.
     pub fn info(&self) -> ReaderInfo {
         match self {
-            Reader::User(principal) => ReaderInfo { principal: principal.clone(), operator: false },
-            Reader::Operator(principal) => ReaderInfo { principal: principal.clone(), operator: true },
+            Reader::User(principal) => {
+                ReaderInfo { principal: principal.clone(), operator: false, expires_at: None }
+            }
+            Reader::Operator(principal) => {
+                ReaderInfo { principal: principal.clone(), operator: true, expires_at: None }
+            }
         }
     }
 }

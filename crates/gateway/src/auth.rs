@@ -21,6 +21,8 @@ use tether_contract::backend::SessionInfo;
 use tether_contract::ErrorKind;
 use tether_counters::fallback;
 
+use crate::memory::Known;
+use crate::metrics::GatewayCounters;
 use crate::Shared;
 
 /// Where the MCP endpoint lives on its port.
@@ -87,6 +89,8 @@ pub struct Scope {
     pub sessions: Vec<SessionInfo>,
     /// The session id when the path pins one device.
     pub pinned: Option<String>,
+    /// What the endpoint remembers of this token on this path (its turn starts).
+    pub(crate) known: Option<Arc<Known>>,
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
@@ -140,62 +144,17 @@ pub(crate) async fn authenticate(
         return challenge(&shared, &headers, None, StatusCode::UNAUTHORIZED, "a bearer token is required");
     };
     let pinned = pinned(request.uri().path());
-    let budget = shared.config.budgets.turn_start;
-    // A pinned path asks about its one session, not every session the user has.
-    let listed = match &pinned {
-        Some(id) => shared.link.session_info(id, &token, budget).await,
-        None => shared.link.sessions(&token, budget).await,
-    };
-    let list = match listed {
-        Ok(list) => list,
-        Err(e) if matches!(e.kind, ErrorKind::Unauthenticated | ErrorKind::Forbidden) => {
-            fallback!(shared.metrics.counters.unauthenticated, info, reason = %e.message, "MCP request refused: the edge did not accept its token");
-            return challenge(
-                &shared,
-                &headers,
-                Some("invalid_token"),
-                StatusCode::UNAUTHORIZED,
-                "the bearer token was refused",
-            );
+    let known = match shared.memory.known(&token, pinned.as_deref()) {
+        Some(known) => {
+            GatewayCounters::bump(&shared.metrics.counters.requests_remembered);
+            known
         }
-        Err(e) => {
-            fallback!(shared.metrics.counters.edge_unavailable, warn, error = %e, "MCP request answered 503: the edge could not be asked who the caller is");
-            let mut response =
-                (StatusCode::SERVICE_UNAVAILABLE, "the tool broker is unavailable; retry shortly\n")
-                    .into_response();
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return response;
-        }
+        None => match ask_edge(&shared, &headers, &token, pinned.as_deref()).await {
+            Ok(known) => known,
+            Err(refused) => return refused,
+        },
     };
-    let Some(reader) = list.reader else {
-        fallback!(
-            shared.metrics.counters.edge_unavailable,
-            warn,
-            "MCP request answered 503: the edge did not say who the caller is (an older edge)"
-        );
-        let mut response =
-            (StatusCode::SERVICE_UNAVAILABLE, "the edge is too old for the MCP endpoint\n").into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
-    };
-    if reader.operator {
-        fallback!(shared.metrics.counters.forbidden, info, operator = %reader.principal, "MCP request refused: operator credentials call no tools");
-        return challenge(
-            &shared,
-            &headers,
-            Some("insufficient_scope"),
-            StatusCode::FORBIDDEN,
-            "an operator credential reads sessions; it calls no tools",
-        );
-    }
-    let mut sessions = list.sessions;
-    if let Some(id) = &pinned {
-        sessions.retain(|s| &s.session == id);
-        if sessions.is_empty() {
-            return (StatusCode::NOT_FOUND, format!("no connected session {id} of yours\n")).into_response();
-        }
-    }
-    let principal = reader.principal;
+    let principal = known.principal.clone();
     let claimed = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     if let Some(session) = &claimed {
         if !shared.owners.allows(session, &principal) {
@@ -204,7 +163,9 @@ pub(crate) async fn authenticate(
         }
     }
     let ends_session = request.method() == http::Method::DELETE;
-    request.extensions_mut().insert(Scope { token, principal: principal.clone(), sessions, pinned });
+    let sessions = known.sessions.clone();
+    let scope = Scope { token, principal: principal.clone(), sessions, pinned, known: Some(known) };
+    request.extensions_mut().insert(scope);
     let mut response = next.run(request).await;
     match (&claimed, response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())) {
         (None, Some(opened)) => shared.owners.bind(opened, &principal),
@@ -213,6 +174,77 @@ pub(crate) async fn authenticate(
     }
     response.extensions_mut().insert(Authenticated);
     response
+}
+
+/// 503 with `Retry-After`: the edge could not answer who the caller is.
+fn unavailable(body: &'static str) -> Response {
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Asks the edge who `token` is and which of its user's sessions the path
+/// reaches (`pinned`: its one session); remembers an answer that admits the
+/// request, and answers any other with the response the client gets.
+async fn ask_edge(
+    shared: &Shared,
+    headers: &HeaderMap,
+    token: &str,
+    pinned: Option<&str>,
+) -> Result<Arc<Known>, Response> {
+    let budget = shared.config.budgets.turn_start;
+    // Taken before asking: an event that lands while the answer travels keeps it from being remembered.
+    let epoch = shared.memory.epoch();
+    // A pinned path asks about its one session, not every session the user has.
+    let listed = match pinned {
+        Some(id) => shared.link.session_info(id, token, budget).await,
+        None => shared.link.sessions(token, budget).await,
+    };
+    let list = match listed {
+        Ok(list) => list,
+        Err(e) if matches!(e.kind, ErrorKind::Unauthenticated | ErrorKind::Forbidden) => {
+            fallback!(shared.metrics.counters.unauthenticated, info, reason = %e.message, "MCP request refused: the edge did not accept its token");
+            return Err(challenge(
+                shared,
+                headers,
+                Some("invalid_token"),
+                StatusCode::UNAUTHORIZED,
+                "the bearer token was refused",
+            ));
+        }
+        Err(e) => {
+            fallback!(shared.metrics.counters.edge_unavailable, warn, error = %e, "MCP request answered 503: the edge could not be asked who the caller is");
+            return Err(unavailable("the tool broker is unavailable; retry shortly\n"));
+        }
+    };
+    let Some(reader) = list.reader else {
+        fallback!(
+            shared.metrics.counters.edge_unavailable,
+            warn,
+            "MCP request answered 503: the edge did not say who the caller is (an older edge)"
+        );
+        return Err(unavailable("the edge is too old for the MCP endpoint\n"));
+    };
+    if reader.operator {
+        fallback!(shared.metrics.counters.forbidden, info, operator = %reader.principal, "MCP request refused: operator credentials call no tools");
+        return Err(challenge(
+            shared,
+            headers,
+            Some("insufficient_scope"),
+            StatusCode::FORBIDDEN,
+            "an operator credential reads sessions; it calls no tools",
+        ));
+    }
+    let mut sessions = list.sessions;
+    if let Some(id) = pinned {
+        sessions.retain(|s| s.session == id);
+        if sessions.is_empty() {
+            return Err(
+                (StatusCode::NOT_FOUND, format!("no connected session {id} of yours\n")).into_response()
+            );
+        }
+    }
+    Ok(shared.memory.remember(token, pinned, epoch, reader.principal, sessions, reader.expires_at))
 }
 
 /// The protected-resource metadata document (RFC 9728) for the MCP endpoint.

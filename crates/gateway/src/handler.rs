@@ -121,11 +121,22 @@ fn is_error(err: &WireError) -> CallToolResult {
 impl McpServer {
     /// A core turn on `device` for the scope's user: the catalog read, names
     /// re-validated, the profile applied, schemas compiled.
+    ///
+    /// A turn start this token already read on this session is used again,
+    /// with no read (see [`crate::memory`]).
     async fn turn(&self, scope: &Scope, device: &Device) -> Turn<'_> {
         let shared = &self.shared;
+        let (link, budgets) = (&shared.link, shared.config.budgets);
+        if let Some(start) = scope.known.as_ref().and_then(|k| k.start(&device.session)) {
+            return Turn::resume(link, &start, &scope.token, budgets);
+        }
+        let epoch = shared.memory.epoch();
         let profile = Arc::clone(&shared.config.profile);
-        Turn::begin_scoped(&shared.link, &device.session, Some(&scope.token), shared.config.budgets, profile)
-            .await
+        let turn = Turn::begin_scoped(link, &device.session, Some(&scope.token), budgets, profile).await;
+        if let (Some(known), Some(start)) = (&scope.known, turn.start()) {
+            shared.memory.keep_start(known, epoch, start);
+        }
+        turn
     }
 
     async fn read(&self, scope: &Scope, device: &Device) -> Read {
@@ -291,6 +302,10 @@ impl McpServer {
                 abort.abort();
                 debug!(session = %device.session, "progress still relaying at the result; the rest is dropped");
             }
+        }
+        if outcome.as_ref().is_err_and(|e| e.kind == ErrorKind::Unauthenticated) {
+            // The edge no longer takes this token: the next request asks it again.
+            shared.memory.forget(&scope.token, scope.pinned.as_deref());
         }
         let label = match (&returned, &outcome) {
             (Some(_), _) => "task".to_owned(),

@@ -20,6 +20,7 @@ mod approval;
 pub mod auth;
 pub mod devices;
 mod handler;
+mod memory;
 pub mod metrics;
 mod tasks;
 mod watch;
@@ -78,6 +79,7 @@ pub(crate) struct Shared {
     events: broadcast::Sender<Notification>,
     metrics: GatewayMetrics,
     owners: auth::SessionOwners,
+    memory: Arc<memory::Memory>,
 }
 
 /// The MCP endpoint over one backend link to an edge.
@@ -96,15 +98,23 @@ impl Gateway {
     pub fn new(link: BackendLink, config: GatewayConfig) -> Gateway {
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let edge_gone = CancellationToken::new();
-        match link.notifications() {
-            Some(from_edge) => drop(tokio::spawn(watch::pump(from_edge, events.clone(), edge_gone.clone()))),
+        let from_edge = link.notifications();
+        // Without the edge's events nothing remembered could be kept true: nothing is.
+        let memory = Arc::new(memory::Memory::new(from_edge.is_some()));
+        match from_edge {
+            Some(from_edge) => drop(tokio::spawn(watch::pump(
+                from_edge,
+                events.clone(),
+                Arc::clone(&memory),
+                edge_gone.clone(),
+            ))),
             None => tracing::warn!(
                 "the backend link's notifications were taken; MCP clients will not hear list_changed"
             ),
         }
         let metrics = GatewayMetrics::with_core(link.counters());
-        let shared =
-            Arc::new(Shared { link, config, events, metrics, owners: auth::SessionOwners::default() });
+        let owners = auth::SessionOwners::default();
+        let shared = Arc::new(Shared { link, config, events, metrics, owners, memory });
         Gateway { shared, shutdown: CancellationToken::new(), edge_gone }
     }
 
@@ -129,6 +139,10 @@ impl Gateway {
             .disable_allowed_hosts()
             .with_max_request_body_bytes(self.shared.config.max_body)
             .with_sse_keep_alive(Some(Duration::from_secs(15)))
+            // A 2026-07-28 call that answers with nothing before its result
+            // gets one JSON body (one write), not an event stream; progress
+            // before the result still streams.
+            .with_json_response(true)
             .with_cancellation_token(self.shutdown.child_token());
         let factory_shared = Arc::clone(&shared);
         let service = StreamableHttpService::new(

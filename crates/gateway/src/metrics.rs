@@ -25,6 +25,8 @@ tether_counters::counters! {
         tasks_followed,
         /// Calls that became tasks, returned as tasks to clients of the 2026-07-28 tasks extension.
         tasks_returned,
+        /// Requests whose caller and sessions came from memory: no `sessions/list` to the edge.
+        requests_remembered,
     }
     fallbacks {
         /// Requests refused with 401: no bearer token, or one the edge refused.

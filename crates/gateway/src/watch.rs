@@ -23,13 +23,16 @@ use crate::auth::Scope;
 use crate::metrics::GatewayCounters;
 use crate::Shared;
 
-/// Fans the link's notifications out to every watcher until the link closes.
+/// Fans the link's notifications out to every watcher until the link closes,
+/// each applied to what the endpoint remembers first.
 pub(crate) async fn pump(
     mut from_edge: tokio::sync::mpsc::Receiver<Notification>,
     to: broadcast::Sender<Notification>,
+    memory: Arc<crate::memory::Memory>,
     edge_gone: CancellationToken,
 ) {
     while let Some(note) = from_edge.recv().await {
+        memory.on(&note);
         // No watcher listening is fine: nobody needs telling.
         let _ = to.send(note);
     }
@@ -253,6 +256,7 @@ mod tests {
             events: events.clone(),
             metrics: crate::metrics::GatewayMetrics::default(),
             owners: crate::auth::SessionOwners::default(),
+            memory: Arc::new(crate::memory::Memory::new(false)),
         });
         (shared, edge, events)
     }
@@ -263,6 +267,7 @@ mod tests {
             principal: "mira".into(),
             sessions: sessions.iter().map(|s| info(s)).collect(),
             pinned: None,
+            known: None,
         }
     }
 
