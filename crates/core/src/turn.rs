@@ -224,22 +224,7 @@ impl<'a> Turn<'a> {
         budgets: Budgets,
         profile: Arc<CallerProfile>,
     ) -> Turn<'a> {
-        let counters = link.counters();
-        let mut turn = Turn {
-            client: ClientSource { link, session: session.to_owned(), manifest: Mutex::new(None) },
-            budgets,
-            turn_id: None,
-            degraded: None,
-            counters,
-            profile,
-            credential: user.map(str::to_owned),
-            principal: None,
-            registry: Registry::new(),
-            gates: Arc::default(),
-            listed: Arc::default(),
-            discovered: HashSet::new(),
-            search: Search::default(),
-        };
+        let mut turn = Turn::unbound(link, session, user.map(str::to_owned), budgets, profile);
         let mut last = None;
         for attempt in 0..2 {
             if attempt == 1 {
@@ -267,6 +252,31 @@ impl<'a> Turn<'a> {
         turn
     }
 
+    /// A turn on `session` with nothing read or bound yet.
+    fn unbound(
+        link: &'a BackendLink,
+        session: &str,
+        credential: Option<String>,
+        budgets: Budgets,
+        profile: Arc<CallerProfile>,
+    ) -> Turn<'a> {
+        Turn {
+            client: ClientSource { link, session: session.to_owned(), manifest: Mutex::new(None) },
+            budgets,
+            turn_id: None,
+            degraded: None,
+            counters: link.counters(),
+            profile,
+            credential,
+            principal: None,
+            registry: Registry::new(),
+            gates: Arc::default(),
+            listed: Arc::default(),
+            discovered: HashSet::new(),
+            search: Search::default(),
+        }
+    }
+
     /// What this turn's start bound, to start another turn from without
     /// reading again ([`Turn::resume`]); None when the start read failed.
     pub fn start(&self) -> Option<TurnStart> {
@@ -290,25 +300,14 @@ impl<'a> Turn<'a> {
     /// profile, nothing discovered yet. `user` must be the credential that
     /// turn started with (the edge checks it on every call).
     pub fn resume(link: &'a BackendLink, start: &TurnStart, user: &str, budgets: Budgets) -> Turn<'a> {
-        let mut turn = Turn {
-            client: ClientSource {
-                link,
-                session: start.session.clone(),
-                manifest: Mutex::new(Some(Arc::clone(&start.manifest))),
-            },
-            budgets,
-            turn_id: start.turn_id.clone(),
-            degraded: None,
-            counters: link.counters(),
-            profile: Arc::clone(&start.profile),
-            credential: Some(user.to_owned()),
-            principal: start.principal.clone(),
-            registry: start.registry.clone(),
-            gates: Arc::clone(&start.gates),
-            listed: Arc::clone(&start.listed),
-            discovered: HashSet::new(),
-            search: Search::default(),
-        };
+        let profile = Arc::clone(&start.profile);
+        let mut turn = Turn::unbound(link, &start.session, Some(user.to_owned()), budgets, profile);
+        turn.client.manifest = Mutex::new(Some(Arc::clone(&start.manifest)));
+        turn.turn_id.clone_from(&start.turn_id);
+        turn.principal.clone_from(&start.principal);
+        turn.registry = start.registry.clone();
+        turn.gates = Arc::clone(&start.gates);
+        turn.listed = Arc::clone(&start.listed);
         if turn.profile.binding == Binding::Discovery {
             // What the earlier turn found is its own; this one starts from find_tools.
             turn.rebuild();

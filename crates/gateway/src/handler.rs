@@ -133,8 +133,10 @@ impl McpServer {
         let epoch = shared.memory.epoch();
         let profile = Arc::clone(&shared.config.profile);
         let turn = Turn::begin_scoped(link, &device.session, Some(&scope.token), budgets, profile).await;
-        if let (Some(known), Some(start)) = (&scope.known, turn.start()) {
-            shared.memory.keep_start(known, epoch, start);
+        if let Some(known) = &scope.known {
+            if let Some(start) = turn.start() {
+                shared.memory.keep_start(known, epoch, start);
+            }
         }
         turn
     }

@@ -159,26 +159,28 @@ impl Memory {
 
     /// Applies one of the edge's events.
     pub(crate) fn on(&self, note: &Notification) {
-        let (session, listing) = match note {
-            Notification::ListChanged(c) => (c.session.as_str(), false),
-            Notification::SessionResumed(r) => (r.session.as_str(), false),
-            Notification::SessionClosed(c) => (c.session.as_str(), true),
-            Notification::SessionOpened(_) => {
-                self.moved();
-                lock(&self.known).retain(|_, k| k.pinned);
-                return;
-            }
-            Notification::TaskStatus(_) | Notification::Other { .. } => return,
-        };
-        self.moved();
-        let mut all = lock(&self.known);
-        if listing {
-            all.retain(|_, k| !k.reaches(session));
-        } else {
-            for known in all.values().filter(|k| k.reaches(session)) {
-                lock(&known.starts).remove(session);
-            }
+        match note {
+            Notification::ListChanged(c) => self.forget_start(&c.session),
+            Notification::SessionResumed(r) => self.forget_start(&r.session),
+            Notification::SessionClosed(c) => self.forget_where(|k| !k.reaches(&c.session)),
+            // Its owner is not in the event: every list may have grown.
+            Notification::SessionOpened(_) => self.forget_where(|k| k.pinned),
+            Notification::TaskStatus(_) | Notification::Other { .. } => {}
         }
+    }
+
+    /// Forgets `session`'s turn start wherever it is kept.
+    fn forget_start(&self, session: &str) {
+        self.moved();
+        for known in lock(&self.known).values().filter(|k| k.reaches(session)) {
+            lock(&known.starts).remove(session);
+        }
+    }
+
+    /// Forgets every answer `keep` refuses.
+    fn forget_where(&self, keep: impl Fn(&Known) -> bool) {
+        self.moved();
+        lock(&self.known).retain(|_, k| keep(k));
     }
 }
 
