@@ -369,6 +369,7 @@ async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses
     joined(&[&a, &b, &c]).await;
     let day = Duration::from_secs(86_400);
     let devices = 60;
+    let stop = tokio_util::sync::CancellationToken::new();
     let config = SoakConfig {
         edge: a.url.clone(),
         device_edges: vec![a.url.clone(), b.url.clone(), c.url.clone()],
@@ -377,7 +378,9 @@ async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses
             .collect(),
         backend_token: common::keys().issue("soak-driver", "tether-backend", day).unwrap(),
         devices,
-        duration: Duration::from_secs(12),
+        // A ceiling: the test stops the load once its faults have landed.
+        duration: Duration::from_secs(120),
+        stop: Some(stop.clone()),
         load: Load::Concurrency(16),
         faults: DEFAULT_FAULTS.into(),
         seed: 13,
@@ -400,6 +403,9 @@ async fn a_soak_across_three_edges_with_an_edge_restart_and_a_nats_restart_loses
     until(SHORT, "the edge sees NATS gone", || async { readyz(&a).await.contains("degraded") }).await;
     nats.restart();
     joined(&[&a, &b, &c]).await;
+    let after_outage = metric(&a, "tether_calls_ok_total").await;
+    until(Duration::from_secs(20), "load recovers", answered(after_outage + 300)).await;
+    stop.cancel();
 
     let report = soak.await.unwrap().unwrap();
     eprint!("{}", report.table());

@@ -26,6 +26,7 @@ fn config(edge: &LiveEdge, devices: usize, secs: u64, faults: &str) -> SoakConfi
         backend_token: keys().issue("soak-driver", "tether-backend", day).unwrap(),
         devices,
         duration: Duration::from_secs(secs),
+        stop: None,
         load: Load::Concurrency(32),
         faults: faults.into(),
         seed: 7,

@@ -81,6 +81,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         backend_token: keys.issue("soak-driver", AUD_BACKEND, day).map_err(|e| e.to_string())?,
         devices: args.devices,
         duration: args.duration,
+        stop: None,
         load: match args.rate {
             Some(r) => Load::Rate(r),
             None => Load::Concurrency(args.concurrency),

@@ -24,6 +24,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::mcp::ToolDeclaration;
@@ -65,8 +66,12 @@ pub struct SoakConfig {
     pub backend_token: String,
     /// Simulated devices.
     pub devices: usize,
-    /// How long to drive load.
+    /// The longest the load runs.
     pub duration: Duration,
+    /// Ends the load early when cancelled: a test that drives faults on its
+    /// own schedule (restarts, outages) stops the load once they have landed,
+    /// instead of racing a fixed duration on a busy machine.
+    pub stop: Option<CancellationToken>,
     /// Pacing.
     pub load: Load,
     /// Fault mix spec (see [`crate::faults`]).
@@ -454,6 +459,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     }
     let fleet_up = tally.devices_connected.load(Ordering::Relaxed) as usize >= cfg.devices;
     let load_end = if fleet_up { load_end } else { Instant::now() };
+    let stop = cfg.stop.clone().unwrap_or_default();
 
     let bar = if cfg.progress {
         let bar = indicatif::ProgressBar::new(cfg.duration.as_secs().max(1));
@@ -537,12 +543,12 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     match cfg.load {
         Load::Concurrency(c) => {
             for w in 0..c {
-                let call_one = call_one.clone();
+                let (call_one, stop) = (call_one.clone(), stop.clone());
                 let seed = cfg.seed ^ (w as u64).wrapping_mul(0x9E37_79B9);
                 workers.spawn(async move {
                     let mut rng = SplitMix64::new(seed);
                     let mut n = 0u64;
-                    while Instant::now() < load_end {
+                    while Instant::now() < load_end && !stop.is_cancelled() {
                         n += 1;
                         call_one((w as u64) << 40 | n, &mut rng).await;
                     }
@@ -564,6 +570,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             break;
         }
         tokio::select! {
+            _ = stop.cancelled() => break,
             _ = tick.tick() => {
                 second += 1;
                 let completed = sampler_tally.completed.load(Ordering::Relaxed);
