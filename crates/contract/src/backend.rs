@@ -242,6 +242,13 @@ pub struct CallMeta {
     /// edge's `task` budget when absent or longer).
     #[serde(default, rename = "tether.dev/task", skip_serializing_if = "Option::is_none")]
     pub task: Option<crate::tasks::TaskMetadata>,
+    /// The caller's W3C trace context, where MCP carries it (`_meta.traceparent`):
+    /// the call's spans join the caller's trace, and it travels on to the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// W3C `tracestate`, carried beside `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// Params of a backend `tools/call`.

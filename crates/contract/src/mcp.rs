@@ -55,6 +55,10 @@ pub mod meta {
     pub const RESUME: &str = "tether.dev/resume";
     /// MCP's token a request carries when its caller wants `notifications/progress`.
     pub const PROGRESS_TOKEN: &str = "progressToken";
+    /// W3C trace context of the request (MCP carries it in `_meta`, SEP-414).
+    pub const TRACEPARENT: &str = "traceparent";
+    /// W3C `tracestate`, beside [`TRACEPARENT`].
+    pub const TRACESTATE: &str = "tracestate";
 }
 
 /// One tool as a device declares it (and, renamed, as the backend sees it).
