@@ -6,10 +6,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
 use tether_config::LogFormat;
 use tether_core::{for_model, WireError};
 use tether_edge::auth::Keys;
 use tether_edge::config::default_data_dir;
+use tether_telemetry::TelemetryConfig;
 
 /// Reads a duration like 90s, 30m, 1h or 2d (a bare number is seconds).
 pub(crate) fn parse_ttl(s: &str) -> Result<Duration, String> {
@@ -45,18 +50,49 @@ pub(crate) fn operator(signing: &Keys) -> Result<String, String> {
 
 /// The edge logs at info by default; the client commands only warn, so their stdout stays readable.
 pub(crate) fn init_tracing(default: &str, format: LogFormat) {
+    // Without an endpoint nothing exports and nothing can fail.
+    let _ = install_tracing(default, format, &TelemetryConfig::default());
+}
+
+/// Logs to stderr, and exports the call's spans over OTLP when `telemetry`
+/// names an endpoint: keep the returned guard for the process's life (it
+/// sends what is queued when dropped).
+pub(crate) fn install_tracing(
+    default: &str,
+    format: LogFormat,
+    telemetry: &TelemetryConfig,
+) -> Option<tether_telemetry::Exporting> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // The legs of a traced call are for the exporter, not the log: with
+    // export off no layer wants them, so they cost a disabled callsite.
+    let filter = match format!("{}=off", tether_telemetry::TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     // log_internal_errors(false): its fallback is eprintln!, which panics when
     // stderr is a closed pipe and would take the signal or drain task with it.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false);
-    match format {
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).init(),
-        LogFormat::Pretty => builder.init(),
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).log_internal_errors(false);
+    let log = match format {
+        LogFormat::Json => {
+            log.json().with_current_span(true).with_span_list(false).with_filter(filter).boxed()
+        }
+        LogFormat::Pretty => log.with_filter(filter).boxed(),
+    };
+    let mut layers = vec![log];
+    let (exporting, refused) = match tether_telemetry::start::<Registry>(telemetry) {
+        Ok(Some((layer, exporting))) => {
+            layers.push(layer);
+            (Some(exporting), None)
+        }
+        Ok(None) => (None, None),
+        Err(e) => (None, Some(e)),
+    };
+    tracing_subscriber::registry().with(layers).init();
+    if let Some(e) = refused {
+        tracing::warn!(error = %e, "traces are not exported");
     }
+    exporting
 }
 
 /// SIGTERM drains (finish calls in flight, devices reconnect elsewhere);

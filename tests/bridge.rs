@@ -31,13 +31,14 @@ use tether_contract::{Budgets, ErrorKind};
 use tether_core::{Notification, Turn};
 
 const PY_INSTRUCTIONS: &str = "Tether test server on the Python MCP SDK. Call `echo` to hear a message back; `slow` waits the seconds it is given.";
-const PY_TOOLS: [&str; 6] = [
+const PY_TOOLS: [&str; 7] = [
     "client__abandon",
     "client__echo",
     "client__enable_extra",
     "client__fail",
     "client__reject",
     "client__slow",
+    "client__trace",
 ];
 
 fn repo() -> &'static Path {
@@ -193,6 +194,16 @@ async fn a_python_sdk_server_is_a_device_its_tools_namespaced_its_instructions_i
         assert!(err.message.contains("the tool failed: no"), "{}", err.message);
         assert_eq!(bridge.counters().try_get("error_codes_filled"), Some(1));
         assert_eq!(bridge.counters().try_get("calls"), Some(3));
+
+        // The agent's trace context reaches the server's handler through the edge and the bridge.
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let options = tether_core::CallOptions {
+            traceparent: Some(traceparent.into()),
+            tracestate: Some("agent=1".into()),
+            ..tether_core::CallOptions::default()
+        };
+        let result = turn.call_with("client__trace", json!({}), options).await.unwrap();
+        assert_eq!(text(&result), format!("{traceparent} agent=1"));
         bridge.stop().await.unwrap();
     })
     .await;
@@ -928,9 +939,9 @@ async fn tools_the_edge_drops_under_its_caps_are_counted_by_the_bridge() {
     let record = Record::new("dropped");
     let bridge = Bridge::start(config(&edge, python_server(&record))).unwrap();
     let session = session(&bridge).await;
-    assert_eq!(PY_TOOLS.len(), 6);
-    wait_until(|| bridge.counters().try_get("tools_dropped_by_edge") == Some(2)).await;
-    assert_eq!(bridge.counters().try_get("tools_dropped_by_edge"), Some(2), "6 tools, 4 kept");
+    assert_eq!(PY_TOOLS.len(), 7);
+    wait_until(|| bridge.counters().try_get("tools_dropped_by_edge") == Some(3)).await;
+    assert_eq!(bridge.counters().try_get("tools_dropped_by_edge"), Some(3), "7 tools, 4 kept");
     let link = edge.backend().await;
     let turn = Turn::begin(&link, &session, Some(&user("mira")), Budgets::default()).await;
     assert_eq!(names(&turn).len(), 4, "the edge kept what its cap allows");

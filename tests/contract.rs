@@ -110,13 +110,16 @@ fn wire_field_names_are_pinned() {
             approval_required: true,
             redelivered: false,
             task: None,
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: None,
         },
     };
     assert_eq!(
         serde_json::to_value(&params).unwrap(),
         json!({"session":"s","name":"client__x","arguments":{},
                "_meta":{"credential":"c","budget_ms":12000,"bound_seq":3,"idempotency_key":"k",
-                        "tether.dev/approval":"ap-1","tether.dev/approval_required":true}})
+                        "tether.dev/approval":"ap-1","tether.dev/approval_required":true,
+                        "traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
     );
     assert_eq!(tether_contract::writes::meta::APPROVAL, "tether.dev/approval");
     assert_eq!(tether_contract::writes::method::APPROVE, "tether.dev/approve");

@@ -688,6 +688,15 @@ fn every_bridge_counter_is_documented_and_those_without_a_test_are_listed() {
 }
 
 #[test]
+fn every_trace_exporter_counter_is_documented_and_driven_by_a_test() {
+    check_counters(
+        tether_telemetry::TraceCounters::describe(),
+        "tether_trace_",
+        &["tests", "crates/telemetry"],
+    );
+}
+
+#[test]
 fn every_mcp_endpoint_counter_is_documented_and_driven_by_a_test() {
     check_counters(tether_gateway::GatewayMetrics::describe(), "tether_mcp_", &["tests", "crates/gateway"]);
 }

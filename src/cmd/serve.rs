@@ -7,7 +7,7 @@ use tether_config::{Flags, LogFormat, Resolved};
 use tether_edge::Edge;
 use tether_gateway::{Gateway, GatewayConfig};
 
-use crate::common::{announce, init_tracing, install_signals};
+use crate::common::{announce, install_signals, install_tracing};
 
 /// Flags of `tether serve`.
 #[derive(clap::Args)]
@@ -48,7 +48,11 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     let Args { config, listen, data_dir, log_format, public_url, nats } = args;
     let flags = Flags { listen, data_dir, log_format, nats };
     let resolved = read_config(config.as_ref(), &flags)?;
-    init_tracing("info", resolved.log_format);
+    // Held to the end of `run`: dropping it sends the spans still queued.
+    let exporting = install_tracing("info", resolved.log_format, &resolved.telemetry);
+    if let Some(endpoint) = resolved.telemetry.traces_url().filter(|_| exporting.is_some()) {
+        tracing::info!(%endpoint, "exporting traces over OTLP");
+    }
     for issue in resolved.issues.iter().filter(|i| i.fatal) {
         tracing::error!(location = %issue.location, "{}", issue.message);
     }
@@ -75,6 +79,9 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         mount_mcp(edge, GatewayConfig { issuer, public_url, budgets, ..GatewayConfig::default() }).await;
     if let Some(cluster) = &cluster {
         cluster.start(&edge.hub(), edge.shutdown_token()).await.map_err(|e| e.to_string())?;
+    }
+    if let Some(counters) = exporting.as_ref().map(|e| std::sync::Arc::clone(e.counters())) {
+        edge.hub().metrics.also_render(move || counters.exposition("tether_trace"));
     }
     for issue in &degraded {
         tether_counters::fallback!(edge.hub().counters().config_errors, warn, location = %issue.location, "configuration degraded: {}", issue.message);

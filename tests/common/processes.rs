@@ -133,6 +133,15 @@ impl ServeProc {
         ServeProc { url, proc, nats: nats.to_owned(), data }
     }
 
+    /// [`ServeProc::start`] exporting its traces to `otlp` as service `edge-{name}`.
+    pub fn start_traced(nats: &str, name: &str, otlp: &str) -> ServeProc {
+        ServeProc::start_with(
+            nats,
+            name,
+            &format!("\n[telemetry]\notlp_endpoint = \"{otlp}\"\nservice_name = \"edge-{name}\"\n"),
+        )
+    }
+
     /// Kills the edge (as a crash would) and starts it again on the same port.
     pub fn restart(&mut self) {
         self.proc.kill();
@@ -148,6 +157,8 @@ impl ServeProc {
             .env("TETHER_JWT_SECRET", super::SECRET)
             .env("TETHER_DATA_DIR", data)
             .env("RUST_LOG", "warn")
+            // A traced edge sends its spans within a fifth of a second, not the SDK's 5 s.
+            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -175,4 +186,69 @@ fn rand_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The rotel OTLP collector (installed from PyPI by scripts/test-deps), with
+/// tests/otlp/dump_spans.py writing every span it receives to a file; killed on drop.
+pub struct OtlpReceiver {
+    /// OTLP/HTTP base URL (`http://127.0.0.1:PORT`).
+    pub endpoint: String,
+    spans: PathBuf,
+    _proc: Proc,
+}
+
+impl OtlpReceiver {
+    /// Starts the collector on free loopback ports; fails (never skips) without it.
+    pub fn start() -> OtlpReceiver {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let agent = std::fs::read_dir(root.join(".venv/lib"))
+            .expect("the test virtualenv (scripts/test-deps)")
+            .filter_map(Result::ok)
+            .map(|d| d.path().join("site-packages/rotel/rotel-agent"))
+            .find(|p| p.exists())
+            .expect("rotel-agent in .venv (scripts/test-deps installs rotel from PyPI)");
+        let free =
+            || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+        let (http, grpc) = (free(), free());
+        let spans =
+            std::env::temp_dir().join(format!("tether-spans-{}-{}.jsonl", std::process::id(), rand_suffix()));
+        let child = Command::new(agent)
+            .args(["start", "--exporter", "blackhole"])
+            .arg("--otlp-http-endpoint")
+            .arg(http.to_string())
+            .arg("--otlp-grpc-endpoint")
+            .arg(grpc.to_string())
+            .arg("--otlp-with-trace-processor")
+            .arg(root.join("tests/otlp/dump_spans.py"))
+            .env("TETHER_SPANS_FILE", &spans)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rotel-agent starts (it needs libpython3.11)");
+        let proc = Proc(child);
+        // 300 tries 50 ms apart: 15 s.
+        for tries in 0.. {
+            if std::net::TcpStream::connect(http).is_ok() {
+                break;
+            }
+            assert!(tries < 300, "rotel did not listen on {http} within 15 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        OtlpReceiver { endpoint: format!("http://{http}"), spans, _proc: proc }
+    }
+
+    /// Every span received so far, one JSON object each.
+    pub fn spans(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.spans)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.spans);
+    }
 }

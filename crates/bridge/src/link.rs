@@ -552,6 +552,7 @@ impl Link {
             .unwrap_or(Budgets::default().tool_call);
         let as_task =
             self.modern() && self.server.runs_tasks() && crate::server::tasks::declares_tasks(params);
+        let trace = crate::server::TraceContext::of(params);
         let key = id.to_string();
         let (stop_tx, stop_rx) = oneshot::channel();
         lock(&self.calls).insert(key.clone(), stop_tx);
@@ -561,7 +562,7 @@ impl Link {
             async move {
                 let outcome = link
                     .server
-                    .call(&name, arguments, as_task, deadline, link.shared.deadline, stop_rx)
+                    .call(&name, arguments, as_task, trace, deadline, link.shared.deadline, stop_rx)
                     .await;
                 lock(&link.calls).remove(&key);
                 let result = match outcome {

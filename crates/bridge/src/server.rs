@@ -49,7 +49,7 @@ pub(crate) mod tasks;
 use changes::listen_for_changes;
 use process::{pump_stderr, reap, wait_exit};
 
-pub(crate) use call::{CallOutcome, Failure, Stop};
+pub(crate) use call::{CallOutcome, Failure, Stop, TraceContext};
 
 /// How long the MCP start (rmcp's `server/discover` probe, which waits up to
 /// 10 s for a legacy server, then `initialize`) may take.

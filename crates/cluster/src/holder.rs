@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, Instrument};
 
 use tether_contract::backend::SessionClosed;
 use tether_contract::error::{ErrorKind, WireError};
@@ -28,6 +28,7 @@ use tether_edge::router::{Local, Reader, Router};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
+use tether_telemetry::{self as telemetry, Kind};
 
 use crate::counters::ClusterCounters;
 use crate::router::{Incoming, Undelivered};
@@ -221,7 +222,13 @@ async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message, cancel: 
     let _in_flight = hub.call_guard();
     let (tx, mut progress) = mpsc::channel(hub.config.outbound_queue.max(1));
     let relay = request.progress_token.map(|token| ProgressRelay::new(token, tx));
-    let mut call = Box::pin(Local.call(&hub, request.params, &request.owner, relay));
+    let mut params = request.params;
+    let span =
+        telemetry::leg(Kind::Server, tether_contract::backend::method::TOOLS_CALL, &params.name, "holder");
+    telemetry::adopt_meta(&span, &params.meta);
+    span.record("tether.session", params.session.as_str());
+    telemetry::carry(&span, &mut params.meta);
+    let mut call = Box::pin(Local.call(&hub, params, &request.owner, relay).instrument(span.clone()));
     let outcome = loop {
         tokio::select! {
             outcome = &mut call => break Some(outcome),
@@ -237,6 +244,7 @@ async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message, cancel: 
         inner.publish(reply.clone(), encode(&Reply::Progress { frame })).await;
     }
     if let Some(outcome) = outcome {
+        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
         inner.publish(reply.clone(), encode(&Reply::Done { outcome: Answer::of(outcome) })).await;
     }
     lock(&inner.serving).remove(&reply);

@@ -28,6 +28,8 @@ use tether_edge::router::{Claimed, Local, Reader, Routed, Router, TaskAnswer, Ta
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
+use tether_telemetry::{self as telemetry, Kind};
+use tracing::Instrument;
 
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
@@ -399,6 +401,28 @@ impl ClusterRouter {
         })
     }
 
+    /// [`ClusterRouter::call_remote`] as the cluster hop's span, whose context
+    /// the holding edge's spans join.
+    async fn call_traced(
+        &self,
+        hub: &Hub,
+        mut params: CallParams,
+        owner: &str,
+        progress: Option<ProgressRelay>,
+    ) -> Result<CallResponse<RawCallResult>, WireError> {
+        let span = telemetry::leg(
+            Kind::Client,
+            tether_contract::backend::method::TOOLS_CALL,
+            &params.name,
+            "cluster_hop",
+        );
+        span.record("tether.session", params.session.as_str());
+        telemetry::carry(&span, &mut params.meta);
+        let outcome = self.call_remote(hub, params, owner, progress).instrument(span.clone()).await;
+        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
+        outcome
+    }
+
     /// A call on a session another edge holds.
     async fn call_remote(
         &self,
@@ -635,7 +659,7 @@ impl Router for ClusterRouter {
         if hub.session(&params.session).is_some() {
             return Local.call(hub, params, owner, progress);
         }
-        Box::pin(self.call_remote(hub, params, owner, progress))
+        Box::pin(self.call_traced(hub, params, owner, progress))
     }
 
     fn claim<'a>(

@@ -22,6 +22,7 @@ use tether_contract::{Budgets, Caps};
 use tether_core::Profiles;
 use tether_edge::config::{BrokenProfile, ClientProfile, EdgeConfig, WritesConfig};
 use tether_edge::idp::{IdpConfig, JwksSource};
+use tether_telemetry::TelemetryConfig;
 
 use crate::SettingError;
 
@@ -85,6 +86,8 @@ pub struct Resolved {
     pub callers: Profiles,
     /// The cluster this edge joins (`[cluster]`, `TETHER_NATS`, `--nats`); None: it stands alone.
     pub cluster: Option<ClusterConfig>,
+    /// Where traces go (`[telemetry]`, `OTEL_EXPORTER_OTLP_ENDPOINT`); off without an endpoint.
+    pub telemetry: TelemetryConfig,
 }
 
 impl Resolved {
@@ -178,6 +181,16 @@ impl Resolved {
             t.insert("move_wait_ms".into(), Value::from(ms(cluster.move_wait) as i64));
             let mut wrapper = Table::new();
             wrapper.insert("cluster".into(), Value::Table(t));
+            out.push('\n');
+            out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
+        }
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint {
+            let mut t = Table::new();
+            t.insert("otlp_endpoint".into(), Value::from(endpoint.clone()));
+            t.insert("service_name".into(), Value::from(self.telemetry.service_name.clone()));
+            t.insert("queue".into(), Value::from(self.telemetry.queue as i64));
+            let mut wrapper = Table::new();
+            wrapper.insert("telemetry".into(), Value::Table(t));
             out.push('\n');
             out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
         }
@@ -333,6 +346,24 @@ impl ClusterSection {
     }
 }
 
+/// `[telemetry]`: where the edge exports its traces (OTLP over HTTP).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    otlp_endpoint: Option<String>,
+    service_name: Option<String>,
+    queue: Option<usize>,
+}
+
+impl TelemetrySection {
+    fn over(self, mut t: TelemetryConfig) -> TelemetryConfig {
+        t.otlp_endpoint = self.otlp_endpoint.or(t.otlp_endpoint);
+        t.service_name = self.service_name.unwrap_or(t.service_name);
+        t.queue = self.queue.unwrap_or(t.queue);
+        t
+    }
+}
+
 /// `[auth]`: the users' identity provider, whose tokens the edge accepts
 /// beside its own HS256 ones.
 #[derive(Debug, Deserialize)]
@@ -390,6 +421,7 @@ const TOP_KEYS: &[&str] = &[
     "callers",
     "cluster",
     "writes",
+    "telemetry",
 ];
 
 /// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
@@ -428,6 +460,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     let mut log_format = LogFormat::default();
     let mut callers = Table::new();
     let mut cluster: Option<ClusterConfig> = None;
+    let mut telemetry = TelemetryConfig::default();
     let mut issue =
         |location: String, message: String, fatal: bool| issues.push(Issue { location, message, fatal });
 
@@ -600,6 +633,17 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                         Err(e) => issue(locate(&name, text, Some("cluster"), "cluster"), e.to_string(), true),
                     }
                 }
+                if let Some(v) = table.get("telemetry") {
+                    match section::<TelemetrySection>(v) {
+                        Ok(t) => telemetry = t.over(telemetry),
+                        // Traces are for watching: a broken section turns them off, never the edge.
+                        Err(e) => issue(
+                            locate(&name, text, Some("telemetry"), "telemetry"),
+                            format!("{e}; traces are not exported"),
+                            false,
+                        ),
+                    }
+                }
                 if let Some(Value::Table(t)) = table.get("callers") {
                     callers = t.clone();
                 }
@@ -629,6 +673,23 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     }
     if let Some(v) = env("TETHER_NATS") {
         cluster.get_or_insert_with(|| ClusterConfig::new("")).nats = v;
+    }
+    // OpenTelemetry's own names, as every collector's docs spell them.
+    if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.is_empty()) {
+        telemetry.otlp_endpoint = Some(v);
+    }
+    if let Some(v) = env("OTEL_SERVICE_NAME").filter(|v| !v.is_empty()) {
+        telemetry.service_name = v;
+    }
+    if let Some(endpoint) = telemetry.otlp_endpoint.clone() {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            issue(
+                "[telemetry] otlp_endpoint".into(),
+                format!("{endpoint:?} is not an http:// or https:// URL (OTLP over HTTP); traces are not exported"),
+                false,
+            );
+            telemetry.otlp_endpoint = None;
+        }
     }
     // TETHER_JWT_SECRET is read where the key is loaded (auth), above the file's jwt_secret.
 
@@ -666,7 +727,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
             issue(location, format!("{}; this caller would get no client tools", e.message), false);
         }
     }
-    Resolved { config, log_format, issues, callers, cluster }
+    Resolved { config, log_format, issues, callers, cluster, telemetry }
 }
 
 /// `[clients.NAME]` is `server_name` plus any `[caps]` keys, inline.
@@ -706,6 +767,22 @@ mod tests {
         assert!(r.issues.is_empty());
         assert_eq!(r.config.caps, Caps::default());
         assert_eq!(r.config.budgets, Budgets::default());
+    }
+
+    #[test]
+    fn telemetry_comes_from_its_section_and_otels_own_variable_wins() {
+        let file = "[telemetry]\notlp_endpoint = \"http://collector:4318\"\nservice_name = \"edge-a\"\n";
+        let r = run(file);
+        assert!(r.issues.is_empty(), "{:?}", r.issues);
+        assert_eq!(r.telemetry.otlp_endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(r.telemetry.service_name, "edge-a");
+        let env = |k: &str| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "http://127.0.0.1:4318".to_owned());
+        let r = resolve(Some((Path::new("tether.toml"), file)), env, &Flags::default());
+        assert_eq!(r.telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert_eq!(run("").telemetry.otlp_endpoint, None, "off by default");
+        let r = run("[telemetry]\notlp_endpoint = \"collector:4317\"\n");
+        assert_eq!(r.telemetry.otlp_endpoint, None, "a gRPC-style address turns traces off");
+        assert!(!r.is_fatal() && r.issues[0].message.contains("not an http://"), "{:?}", r.issues);
     }
 
     #[test]

@@ -63,6 +63,11 @@ pub struct CallContext<'a> {
     pub approval_required: bool,
     /// The caller can follow a task: a long-running tool may answer one.
     pub task: Option<tether_contract::tasks::TaskMetadata>,
+    /// The W3C trace context to hand on (`traceparent`): the dispatch span's
+    /// when traces are exported, else the caller's as it came.
+    pub traceparent: Option<&'a str>,
+    /// W3C `tracestate`, beside `traceparent`.
+    pub tracestate: Option<&'a str>,
 }
 
 impl CallContext<'_> {

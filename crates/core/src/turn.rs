@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, Instrument};
 
 use tether_contract::backend::{CallMeta, CallParams, Manifest, ReadMeta};
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
@@ -36,6 +36,7 @@ use crate::scope::{Binding, CallerProfile};
 use crate::source::{AuthPosture, CallContext, LatencyClass, ToolSource, CLIENT_SOURCE};
 use tether_counters::fallback;
 use tether_rpc::lock;
+use tether_telemetry::{self as telemetry, Kind};
 
 /// The client source: the turn's session, over the backend link.
 #[derive(Debug)]
@@ -98,6 +99,8 @@ impl ToolSource for ClientSource<'_> {
                     approval_required: ctx.approval_required,
                     redelivered: false,
                     task: ctx.task,
+                    traceparent: ctx.traceparent.map(str::to_owned),
+                    tracestate: ctx.tracestate.map(str::to_owned),
                 },
             };
             let response = match ctx.progress {
@@ -129,6 +132,11 @@ pub struct CallOptions {
     /// Run a long-running tool as a task: the call answers its task at once
     /// (followed with [`crate::BackendLink::task_result`]).
     pub task: Option<tether_contract::tasks::TaskMetadata>,
+    /// The caller's W3C trace context (`traceparent`): the call's spans join
+    /// that trace, and it travels on to the device.
+    pub traceparent: Option<String>,
+    /// W3C `tracestate`, beside `traceparent`.
+    pub tracestate: Option<String>,
 }
 
 /// Where a callable name goes.
@@ -518,15 +526,37 @@ impl<'a> Turn<'a> {
         arguments: Value,
         options: CallOptions,
     ) -> Result<CallToolResult, WireError> {
-        let CallOptions { idempotency_key, progress, approval, task } = options;
+        let span = telemetry::leg(Kind::Client, "tools/call", name, "dispatch");
+        telemetry::adopt(&span, options.traceparent.as_deref(), options.tracestate.as_deref());
+        let outcome = self.dispatch(name, arguments, options, &span).instrument(span.clone()).await;
+        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
+        outcome
+    }
+
+    /// [`Turn::call_with`] inside its dispatch span.
+    async fn dispatch(
+        &mut self,
+        name: &str,
+        arguments: Value,
+        options: CallOptions,
+        span: &tracing::Span,
+    ) -> Result<CallToolResult, WireError> {
+        let CallOptions { idempotency_key, progress, approval, task, traceparent, tracestate } = options;
         if name == FIND_TOOLS && self.profile.binding == Binding::Discovery {
             return Ok(self.find_tools(&arguments));
         }
         // Models often send no arguments for a tool that takes none.
         let arguments = if arguments.is_null() { json!({}) } else { arguments };
-        let gate = self.admit(name, &arguments)?;
+        let gated = {
+            let gate = telemetry::leg(Kind::Internal, "gate", name, "gate");
+            let admitted = gate.in_scope(|| self.admit(name, &arguments));
+            telemetry::outcome(&gate, admitted.as_ref().err().map(|e| e.kind.as_str()));
+            admitted
+        };
+        let gate = gated?;
         let needs_approval = self.profile.needs_approval(&gate.declaration);
         let budget = self.budgets.per_tool;
+        let (traceparent, tracestate) = telemetry::onward(span, traceparent, tracestate);
         let ctx = CallContext {
             credential: self.credential.as_deref(),
             deadline: Instant::now() + budget,
@@ -535,6 +565,8 @@ impl<'a> Turn<'a> {
             approval: approval.as_deref(),
             approval_required: needs_approval,
             task,
+            traceparent: traceparent.as_deref(),
+            tracestate: tracestate.as_deref(),
         };
         let outcome = match &gate.route {
             // The link enforces the budget itself, and cleans up its pending entry on expiry.

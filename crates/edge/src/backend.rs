@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use tether_contract::backend::{method, CallParams, ListParams, ReaderInfo, SessionParams, SessionsList};
 use tether_contract::error::{ErrorKind, WireError};
@@ -28,6 +28,7 @@ use tether_contract::mcp;
 use tether_contract::tasks::TaskParams;
 use tether_contract::writes::DecideParams;
 use tether_counters::fallback;
+use tether_telemetry::{self as telemetry, Kind};
 
 use crate::auth::Link;
 use crate::counters::EdgeCounters;
@@ -167,14 +168,20 @@ pub async fn handle(
                     .with("retry_after_ms", 1000))
             } else {
                 let _in_flight = hub.call_guard();
-                match caller(hub, &p.session, p.meta.credential.as_deref()) {
+                let span = telemetry::leg(Kind::Server, method::TOOLS_CALL, &p.name, "edge");
+                telemetry::adopt_meta(&span, &p.meta);
+                span.record("tether.session", p.session.as_str());
+                telemetry::carry(&span, &mut p.meta);
+                let outcome = match caller(hub, &p.session, p.meta.credential.as_deref()) {
                     Ok(owner) => {
                         let relay =
                             p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
-                        router.call(hub, p, &owner, relay).await
+                        router.call(hub, p, &owner, relay).instrument(span.clone()).await
                     }
                     Err(e) => Err(e),
-                }
+                };
+                telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
+                outcome
             };
             let outcome_label = match &outcome {
                 Ok(_) => {

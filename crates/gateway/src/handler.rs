@@ -26,10 +26,13 @@ use tracing::{debug, info, warn};
 
 use tether_counters::fallback;
 
+use tether_contract::mcp::meta::{TRACEPARENT, TRACESTATE};
 use tether_contract::mcp::ToolDeclaration;
 use tether_contract::tasks::{TaskMetadata, TaskState};
 use tether_contract::{ErrorKind, WireError};
 use tether_core::{for_model, CallOptions, Turn};
+use tether_telemetry::{self as telemetry, Kind};
+use tracing::{Instrument, Span};
 
 use crate::approval;
 use crate::auth::Scope;
@@ -87,6 +90,32 @@ fn scope(ctx: &RequestContext<RoleServer>) -> Result<Scope, ErrorData> {
         .ok_or_else(|| {
             ErrorData::new(ErrorCode::INTERNAL_ERROR, "request reached the MCP server unauthenticated", None)
         })
+}
+
+/// The MCP request's server span, in the caller's trace when `_meta` carries one.
+fn request_span(request: &CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Span {
+    let span = telemetry::leg(Kind::Server, "tools/call", &request.name, "mcp");
+    if span.is_disabled() {
+        return span;
+    }
+    span.record("jsonrpc.request.id", tracing::field::display(&ctx.id));
+    span.record("network.transport", "tcp");
+    if let Some(headers) = ctx.extensions.get::<http::request::Parts>().map(|p| &p.headers) {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        if let Some(session) = header("mcp-session-id") {
+            span.record("mcp.session.id", session);
+        }
+        if let Some(version) = header("mcp-protocol-version") {
+            span.record("mcp.protocol.version", version);
+        }
+    }
+    telemetry::adopt(&span, trace_meta(ctx, TRACEPARENT).as_deref(), trace_meta(ctx, TRACESTATE).as_deref());
+    span
+}
+
+/// A W3C trace field of the request's `_meta`.
+fn trace_meta(ctx: &RequestContext<RoleServer>, key: &str) -> Option<String> {
+    ctx.meta.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// A device's tools as this user's turn sees them, and its context block.
@@ -181,6 +210,7 @@ impl McpServer {
         scope: &Scope,
         request: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
+        span: &Span,
     ) -> CallToolResponse {
         let answered = approval::answered(&request);
         let devices = devices::devices(&scope.sessions);
@@ -246,7 +276,17 @@ impl McpServer {
         // A long-running tool runs as a task, which the gateway follows for its client;
         // a client presenting a task it was handed waits for that task again.
         let task = TaskMetadata { ttl: None };
-        let options = CallOptions { idempotency_key: None, progress, approval: presented, task: Some(task) };
+        span.record("tether.session", device.session.as_str());
+        let (traceparent, tracestate) =
+            telemetry::onward(span, trace_meta(ctx, TRACEPARENT), trace_meta(ctx, TRACESTATE));
+        let options = CallOptions {
+            idempotency_key: None,
+            progress,
+            approval: presented,
+            task: Some(task),
+            traceparent: traceparent.clone(),
+            tracestate: tracestate.clone(),
+        };
         let handed = ctx.meta.get(tether_contract::tasks::meta::TASK).and_then(Value::as_str);
         let mut outcome = match (declined, handed) {
             (Some(declined), _) => Err(declined),
@@ -276,7 +316,12 @@ impl McpServer {
                 let approve = answer == approval::Answer::Approve;
                 outcome = match turn.decide(&id, approve).await {
                     Ok(_) if approve => {
-                        let options = CallOptions { approval: Some(id), ..CallOptions::default() };
+                        let options = CallOptions {
+                            approval: Some(id),
+                            traceparent,
+                            tracestate,
+                            ..CallOptions::default()
+                        };
                         turn.call_with(&namespaced, arguments, options).await
                     }
                     Ok(_) => Err(WireError::new(ErrorKind::ApprovalDeclined, "the user declined this call")
@@ -314,6 +359,7 @@ impl McpServer {
             (None, Ok(_)) => "ok".to_owned(),
             (None, Err(e)) => e.kind.as_str().to_owned(),
         };
+        telemetry::outcome(span, outcome.as_ref().err().map(|e| e.kind.as_str()));
         shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
         match returned {
             Some(task) => task.into(),
@@ -478,10 +524,11 @@ impl ServerHandler for McpServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let scope = self.scope(&ctx)?;
+        let span = request_span(&request, &ctx);
         // A cancel at any point (resolving the name, the turn start, the call)
         // drops the call, which tells the device to stop if it had started.
         tokio::select! {
-            result = self.call(&scope, request, &ctx) => Ok(result),
+            result = self.call(&scope, request, &ctx, &span).instrument(span.clone()) => Ok(result),
             () = ctx.ct.cancelled() => {
                 let metrics = &self.shared.metrics;
                 GatewayCounters::bump(&metrics.counters.calls_cancelled);

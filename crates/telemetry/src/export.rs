@@ -122,6 +122,8 @@ where
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(TelemetryError::Endpoint(url));
     }
+    // reqwest needs a process-wide TLS provider (an https:// collector); one already installed stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let otlp = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(url)
@@ -143,8 +145,14 @@ where
         .with_resource(Resource::builder_empty().with_service_name(config.service_name.clone()).build())
         .build();
     let tracer = provider.tracer("tether");
+    // The conventions' attributes only: no source locations, threads, target or busy/idle times.
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
         .with_filter(Targets::new().with_target(TARGET, tracing::Level::TRACE))
         .boxed();
     Ok(Some((layer, Exporting { provider, counters })))
@@ -250,6 +258,35 @@ mod tests {
         flow.taken.fetch_add(2, Ordering::AcqRel);
         assert!(flow.admit() && flow.admit());
         assert!(!flow.admit());
+    }
+
+    #[test]
+    fn a_collector_that_is_down_costs_spans_not_calls_and_both_are_counted() {
+        use tracing_subscriber::layer::SubscriberExt;
+        // Nothing listens on port 9 of loopback here: every export is refused.
+        let config = TelemetryConfig {
+            otlp_endpoint: Some("http://127.0.0.1:9".into()),
+            queue: 4,
+            ..TelemetryConfig::default()
+        };
+        let (layer, exporting) = start::<tracing_subscriber::Registry>(&config).unwrap().unwrap();
+        let counters = Arc::clone(exporting.counters());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            for _ in 0..200 {
+                let span = crate::leg(crate::Kind::Server, "tools/call", "client__a", "edge");
+                span.in_scope(|| {});
+            }
+        });
+        assert!(
+            counters.get("spans_dropped") > 0,
+            "a full queue turns spans away: {:?}",
+            counters.snapshot()
+        );
+        assert!(counters.get("spans_dropped") <= 200);
+        // At shutdown the queued spans are tried once more, and refused.
+        drop(exporting);
+        assert!(counters.get("export_failures") >= 1, "{:?}", counters.snapshot());
+        assert!(counters.get("spans_exported") >= 1, "spans reached the exporter: {:?}", counters.snapshot());
     }
 
     #[test]

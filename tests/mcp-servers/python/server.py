@@ -6,6 +6,8 @@ notifications on a `subscriptions/listen` stream) and the legacy
 real edge and the real tether-core:
 
 - `echo` answers at once;
+- `trace` answers with the W3C `traceparent` and `tracestate` its request's
+  `_meta` carried (what the bridge handed on from the edge);
 - `slow` sleeps, and records on stderr and in the `--record` file that it
   was cancelled, so a test can see a cancellation reach the server;
 - `enable_extra` adds the tool `extra` at runtime and announces it;
@@ -55,6 +57,13 @@ def note(line: str) -> None:
 def echo(message: str) -> str:
     """Echo a message back."""
     return f"Echo: {message}"
+
+
+@mcp.tool()
+def trace(ctx: Context) -> str:
+    """The trace context this call arrived with."""
+    meta = ctx.request_context.meta or {}
+    return f"{meta.get('traceparent')} {meta.get('tracestate')}"
 
 
 @mcp.tool()

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use tether_contract::mcp::meta;
 use tether_counters::fallback;
 
 use super::Server;
@@ -79,6 +80,23 @@ pub(crate) enum CallOutcome {
     Unanswered,
 }
 
+/// The W3C trace context the edge sent with a call (`_meta.traceparent`, `tracestate`).
+#[derive(Debug, Default)]
+pub(crate) struct TraceContext {
+    pub(crate) traceparent: Option<String>,
+    pub(crate) tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// Read from a `tools/call`'s params.
+    pub(crate) fn of(params: &Value) -> TraceContext {
+        let field = |key: &str| {
+            params.get("_meta").and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_owned)
+        };
+        TraceContext { traceparent: field(meta::TRACEPARENT), tracestate: field(meta::TRACESTATE) }
+    }
+}
+
 impl Server {
     /// Calls `name` on the server and waits for its one outcome: the answer,
     /// the edge's `deadline` (under `policy`), the edge stopping, or the server
@@ -92,6 +110,7 @@ impl Server {
         name: &str,
         arguments: Option<Map<String, Value>>,
         as_task: bool,
+        trace: TraceContext,
         deadline: Duration,
         policy: DeadlinePolicy,
         mut edge: oneshot::Receiver<Stop>,
@@ -102,7 +121,15 @@ impl Server {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = if as_task { Server::task_options() } else { PeerRequestOptions::no_options() };
+        let mut options = if as_task { Server::task_options() } else { PeerRequestOptions::no_options() };
+        // The agent's trace goes on to the server's handler (SEP-414's `_meta` keys).
+        if let Some(traceparent) = &trace.traceparent {
+            let meta = options.meta.get_or_insert_with(Default::default);
+            meta.set_traceparent(traceparent.as_str());
+            if let Some(tracestate) = &trace.tracestate {
+                meta.set_tracestate(tracestate.as_str());
+            }
+        }
         let mut handle = match self.peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {

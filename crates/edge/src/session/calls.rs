@@ -19,6 +19,7 @@ use tether_contract::tasks::{TaskMetadata, TaskSupport};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_rpc::{lock, Outcome};
+use tether_telemetry::{self as telemetry, Kind};
 
 use super::writes::Gated;
 use super::{cancel_on_device, ms, Phase, Session};
@@ -58,6 +59,18 @@ pub(super) enum RequestError {
     Remote(Value),
     Overloaded,
     Malformed(String),
+}
+
+impl RequestError {
+    /// The outcome kind a trace shows for the device leg.
+    pub(super) fn kind_str(&self) -> &'static str {
+        match self {
+            RequestError::Closed(_) => ErrorKind::ChannelClosed.as_str(),
+            RequestError::Timeout { .. } => ErrorKind::Timeout.as_str(),
+            RequestError::Overloaded => ErrorKind::Overloaded.as_str(),
+            RequestError::Remote(_) | RequestError::Malformed(_) => ErrorKind::ClientError.as_str(),
+        }
+    }
 }
 
 /// `tools/call` params as the device receives them, serialized without a `Value` tree.
@@ -311,6 +324,18 @@ impl Session {
         if let Some(key) = &params.meta.idempotency_key {
             call_meta.insert(meta::IDEMPOTENCY_KEY.into(), Value::from(key.as_str()));
         }
+        // The device leg's span; the device's handler joins the trace through `_meta`.
+        let span = telemetry::leg(Kind::Client, method::TOOLS_CALL, original, "device");
+        span.record("tether.session", self.id.as_str());
+        span.record("network.transport", "websocket");
+        let (traceparent, tracestate) =
+            telemetry::onward(&span, params.meta.traceparent.clone(), params.meta.tracestate.clone());
+        if let Some(traceparent) = traceparent {
+            call_meta.insert(meta::TRACEPARENT.into(), Value::from(traceparent));
+        }
+        if let Some(tracestate) = tracestate {
+            call_meta.insert(meta::TRACESTATE.into(), Value::from(tracestate));
+        }
         let relay = progress.clone();
         // The device gets a token of the edge's own; its progress goes back under the backend's.
         let _progress = progress.map(|relay| {
@@ -329,8 +354,12 @@ impl Session {
         let _asking = task.map(|_| self.asking_task());
         let started = Instant::now();
         let keyed = params.meta.idempotency_key.is_some();
-        let outcome = self.request(method::TOOLS_CALL, device_params, leg, original, keyed).await;
+        let outcome = self
+            .request(method::TOOLS_CALL, device_params, leg, original, keyed)
+            .instrument(span.clone())
+            .await;
         self.observe_leg(Leg::ToolCall, started);
+        telemetry::outcome(&span, outcome.as_ref().err().map(RequestError::kind_str));
         let (raw, bytes) = match outcome {
             Ok(ok) => ok,
             Err(RequestError::Closed(reason)) if keyed && reason == Exit::Resumed.as_str() => {
@@ -386,7 +415,11 @@ impl Session {
         if moved.is_some_and(|seq| !self.restamp(seq, stamps.digest.as_deref().map(Digest::of))) {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             // Boxed: the rare path, kept out of every call's state.
-            if let Err(e) = Box::pin(self.read_catalog(self.hub.config.budgets.reread)).await {
+            let reread = telemetry::leg(Kind::Client, method::TOOLS_LIST, &params.name, "reread");
+            let read =
+                Box::pin(self.read_catalog(self.hub.config.budgets.reread).instrument(reread.clone())).await;
+            telemetry::outcome(&reread, read.as_ref().err().map(|e| e.kind.as_str()));
+            if let Err(e) = read {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
                 response.manifest_stale = true;
             }
