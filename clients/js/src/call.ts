@@ -7,7 +7,7 @@
 import { CallAbortedError, failureOf, type AbortWhy, type Failure } from './errors.js';
 import type { JsonObject } from './json.js';
 import type { Id } from './jsonrpc.js';
-import type { AnyTool, ToolContext, ToolReturn } from './types.js';
+import type { AnyTool, ToolContext, ToolReturn, TraceContext } from './types.js';
 
 /** MCP's `progressToken`: what the caller named its progress by. */
 export type ProgressToken = string | number;
@@ -30,6 +30,8 @@ export interface CallRequest {
   idempotencyKey: string | undefined;
   /** `_meta.progressToken`: present when the caller asked for progress. */
   progressToken: ProgressToken | undefined;
+  /** `_meta.traceparent` and `tracestate`, when the traceparent is valid. */
+  trace: TraceContext | undefined;
 }
 
 /** Where a call's progress goes: the session sends the reports and hears of the dropped ones. */
@@ -185,6 +187,7 @@ export class RunningCall {
       sessionId: req.sessionId,
       deadlineMs: req.deadlineMs,
       idempotencyKey: req.idempotencyKey,
+      trace: req.trace,
       progress: (done, total, message) => this.progress(done, total, message),
       taskId: this.#task?.id,
       status: (message) => this.status(message),

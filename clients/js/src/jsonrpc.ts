@@ -98,6 +98,9 @@ export const Meta = {
   idempotencyKey: 'tether.dev/idempotency_key',
   /** MCP's own key (not namespaced), the same on 2025-11-25 and 2026-07-28. */
   progressToken: 'progressToken',
+  /** The W3C trace context (not namespaced, where MCP carries it). */
+  traceparent: 'traceparent',
+  tracestate: 'tracestate',
   /** In the handshake answer: `true` when the device asks its user to approve writes (`tether.dev/approve`). */
   approvals: 'tether.dev/approvals',
   /** MCP's marker tying a message (the `tasks/result` answer) to its task. */

@@ -34,6 +34,7 @@ import { Changes } from './changes.js';
 import type { KeyedCalls, KeyedRun, Replay, RunEnd, RunReporter } from './keyed.js';
 import { complete, DEFAULT_PROTOCOL_VERSION, MODERN, ModernMeta, ModernMethod } from './revision.js';
 import { MAX_TASKS, ttlOf, type Task, type Tasks } from './tasks.js';
+import { traceOf } from './trace.js';
 import type { CloseInfo, Dial, Socket } from './transport.js';
 import type { AnyTool, ApprovalHook, CallEnd, CallOutcome, CallStart, CallToolResult, HeartbeatOptions, Limits, ManifestReport, ProtocolVersion } from './types.js';
 
@@ -563,6 +564,7 @@ export class Session {
       deadlineMs: numberOr(meta[Meta.deadlineMs]),
       idempotencyKey: key,
       progressToken: progressTokenOf(meta[Meta.progressToken]),
+      trace: traceOf(meta[Meta.traceparent], meta[Meta.tracestate]),
     };
     // A call proves the edge has listed this session.
     this.#goOnline();

@@ -32,6 +32,23 @@ export interface CallToolResult {
  */
 export type ToolReturn = CallToolResult | Json | undefined | void;
 
+/**
+ * The W3C trace context the call arrived with (`_meta.traceparent` and
+ * `_meta.tracestate`): the agent's trace. Start your handler's spans as
+ * children of `parentId` in `traceId`; pass `traceparent` and `tracestate`
+ * on to what you call.
+ */
+export interface TraceContext {
+  /** As received: `00-<traceId>-<parentId>-<flags>`. */
+  traceparent: string;
+  /** As received, when the edge sent one. */
+  tracestate?: string;
+  /** 32 lowercase hex digits, not all zeros. */
+  traceId: string;
+  /** The caller's span: 16 lowercase hex digits, not all zeros. */
+  parentId: string;
+}
+
 /** What a handler gets besides its arguments. */
 export interface ToolContext {
   /**
@@ -55,6 +72,12 @@ export interface ToolContext {
   readonly deadlineMs: number | undefined;
   /** The backend's key for de-duplicating a retried call, when it gave one. */
   readonly idempotencyKey: string | undefined;
+  /**
+   * The agent's trace: start your handler's spans as children of `parentId`
+   * in `traceId`. Undefined when the call carried no valid W3C
+   * `_meta.traceparent` (version 00; a malformed one is ignored, never thrown).
+   */
+  readonly trace: TraceContext | undefined;
   /**
    * Tells the agent how far along a long-running tool is: `done` units of
    * `total` (when known), with an optional status line. Sent as MCP

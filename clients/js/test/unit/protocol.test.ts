@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, test } from 'node:test';
 
-import { CallAbortedError, TetherClient, type ConnectOptions, type Tool } from '../../dist/node.js';
-import { DIGEST, digestFor, FakeEdge, type Frame } from '../helpers/fake.js';
-import { deferred, nextEvent, withTimeout } from '../helpers/wait.js';
+import { CallAbortedError, TetherClient, type ConnectOptions, type Json, type Tool, type ToolContext, type TraceContext } from '../../dist/node.js';
+import { DIGEST, digestFor, envelope, FakeEdge, type FakePeer, type Frame } from '../helpers/fake.js';
+import { deferred, nextEvent, until, withTimeout } from '../helpers/wait.js';
 
 const made: TetherClient[] = [];
 afterEach(async () => {
@@ -295,5 +295,86 @@ describe('client link protocol', () => {
     params['name'] = 't';
     peer.deliver(call);
     assert.deepEqual(await got.promise, { args: { symbologies: ['qr'] }, callId: 3, deadline: 7000, key: 'turn-41:call-2', session: 'sess-9' });
+  });
+});
+
+describe('ctx.trace', () => {
+  const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const PARENT_ID = '00f067aa0ba902b7';
+  const TRACEPARENT = `00-${TRACE_ID}-${PARENT_ID}-01`;
+
+  /** A client whose tool `t` records each call's `ctx.trace`, handshaken. */
+  async function tracing(): Promise<{ peer: FakePeer; seen: (TraceContext | undefined)[] }> {
+    const edge = new FakeEdge();
+    const seen: (TraceContext | undefined)[] = [];
+    const t: Tool = { ...tool('t', (_a, ctx) => { seen.push(ctx.trace); return 'ok'; }), task: 'optional' };
+    client(edge, { tools: [t] });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    return { peer, seen };
+  }
+
+  test('a valid _meta.traceparent reaches the handler as ctx.trace with its trace id and parent id, beside the deadline and key', async () => {
+    const edge = new FakeEdge();
+    const got = deferred<ToolContext>();
+    client(edge, { tools: [tool('t', (_a, ctx) => { got.resolve(ctx); return 'ok'; })] });
+    const peer = await edge.peer(0);
+    await peer.handshake();
+    const call = fixture('tools_call.request.json');
+    const params = call['params'] as Frame;
+    params['name'] = 't';
+    (params['_meta'] as Frame)['traceparent'] = TRACEPARENT;
+    peer.deliver(call);
+    const ctx = await withTimeout(got.promise, 2_000, 'the handler to start');
+    assert.deepEqual(ctx.trace, { traceparent: TRACEPARENT, traceId: TRACE_ID, parentId: PARENT_ID });
+    assert.ok(ctx.trace !== undefined && !('tracestate' in ctx.trace), 'no tracestate key when the edge sent none');
+    assert.equal(ctx.deadlineMs, 7000);
+    assert.equal(ctx.idempotencyKey, 'turn-41:call-2');
+  });
+
+  test('tracestate passes through unchanged beside a valid traceparent, also beside the 2026-07-28 envelope and for a task run', async () => {
+    const { peer, seen } = await tracing();
+    const tracestate = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
+    const meta = { 'tether.dev/deadline_ms': 7000, traceparent: TRACEPARENT, tracestate };
+    assert.ok('result' in (await peer.ask('tools/call', { name: 't', arguments: {}, _meta: meta })));
+    assert.ok('result' in (await peer.ask('tools/call', { name: 't', arguments: {}, _meta: { ...envelope(), ...meta } })));
+    assert.ok('result' in (await peer.ask('tools/call', { name: 't', arguments: {}, task: { ttl: 60_000 }, _meta: meta })));
+    await until(() => (seen.length === 3 ? true : undefined), 2_000, 'the task run to start');
+    const want: TraceContext = { traceparent: TRACEPARENT, tracestate, traceId: TRACE_ID, parentId: PARENT_ID };
+    assert.deepEqual(seen, [want, want, want]);
+  });
+
+  test('a missing or malformed traceparent gives ctx.trace undefined, never a failed call', async () => {
+    const { peer, seen } = await tracing();
+    const bad: Json[] = [
+      `00-${TRACE_ID}-${PARENT_ID}-1`, // flags one digit short
+      `00-${TRACE_ID.slice(1)}-${PARENT_ID}-01`, // trace id 31 digits
+      `00-${TRACE_ID}-${PARENT_ID}0-01`, // parent id 17 digits
+      `00-${TRACE_ID}-${PARENT_ID}-01-extra`,
+      ` ${TRACEPARENT}`,
+      `00-${'0'.repeat(32)}-${PARENT_ID}-01`, // all-zero trace id
+      `00-${TRACE_ID}-${'0'.repeat(16)}-01`, // all-zero parent id
+      `00-${TRACE_ID.toUpperCase()}-${PARENT_ID}-01`, // hex must be lowercase
+      `00-${TRACE_ID.replace('4', 'g')}-${PARENT_ID}-01`, // not hex
+      `01-${TRACE_ID}-${PARENT_ID}-01`, // a version this SDK does not read
+      `ff-${TRACE_ID}-${PARENT_ID}-01`, // the invalid version
+      `00_${TRACE_ID}_${PARENT_ID}_01`,
+      '',
+      42,
+      null,
+      { traceId: TRACE_ID },
+    ];
+    const metas: (Frame | undefined)[] = [
+      undefined, // no _meta at all
+      { 'tether.dev/deadline_ms': 7000 }, // _meta without traceparent
+      { tracestate: 'rojo=00f067aa0ba902b7' }, // tracestate alone
+      ...bad.map((traceparent): Frame => ({ traceparent, tracestate: 'rojo=00f067aa0ba902b7' })),
+    ];
+    for (const meta of metas) {
+      const res = await peer.ask('tools/call', { name: 't', arguments: {}, ...(meta === undefined ? {} : { _meta: meta }) });
+      assert.deepEqual((res['result'] as Frame)['content'], [{ type: 'text', text: 'ok' }], JSON.stringify(meta));
+    }
+    assert.equal(seen.length, metas.length);
+    seen.forEach((trace, i) => assert.equal(trace, undefined, `ctx.trace for _meta ${JSON.stringify(metas[i])}`));
   });
 });

@@ -504,7 +504,7 @@ describe('tasks: lifetime and bounds', () => {
 
 describe('Tasks', () => {
   const owner = { notify: () => undefined, callEnd: () => undefined, problem: () => undefined };
-  const request = (id: string) => ({ id, name: 't', arguments: {}, sessionId: 's', deadlineMs: undefined, idempotencyKey: undefined, progressToken: undefined });
+  const request = (id: string) => ({ id, name: 't', arguments: {}, sessionId: 's', deadlineMs: undefined, idempotencyKey: undefined, progressToken: undefined, trace: undefined });
   const start = (id: string) => ({ callId: id, sessionId: 's', name: 't', arguments: {} });
 
   test('keeps at most max; a cancelled task makes room, a working or unread one does not', () => {
