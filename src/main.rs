@@ -22,7 +22,11 @@ mod common;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "tether", version, about = "Realtime broker for tools that run on the client")]
+#[command(
+    name = "tether",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TETHER_COMMIT"), ")"),
+    about = "Realtime broker for tools that run on the client"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -64,6 +64,21 @@ fn data_dir(test: &str) -> PathBuf {
 }
 
 #[test]
+fn version_names_the_release_and_the_commit_it_was_built_from() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    let want = format!("tether {} (commit {})\n", env!("CARGO_PKG_VERSION"), head.trim());
+    assert_eq!(printed, want, "a build from this checkout names its commit");
+}
+
+#[test]
 fn the_readme_walk_through_gets_a_call_through() {
     let data = data_dir("walk");
     let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
