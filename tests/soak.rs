@@ -33,6 +33,7 @@ fn config(edge: &LiveEdge, devices: usize, secs: u64, faults: &str) -> SoakConfi
         progress: false,
         call_budget: DEFAULT_CALL_BUDGET,
         fleet_deadline: Duration::from_secs(30),
+        rolling: false,
     }
 }
 

@@ -91,6 +91,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         call_budget: soak::DEFAULT_CALL_BUDGET,
         fleet_deadline: args.fleet_timeout,
+        rolling: false,
     };
     let report = soak::run(cfg).await.map_err(|e| e.to_string())?;
     if let Some((shutdown, task)) = embedded {

@@ -142,6 +142,29 @@ impl ServeProc {
         )
     }
 
+    /// Drains the edge as an upgrade does (SIGTERM: calls in flight finish,
+    /// devices are told 1012 and resume elsewhere), waits for it to exit 0,
+    /// and starts it again on the same port.
+    pub fn drain_restart(&mut self) {
+        let pid = self.proc.0.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        assert!(sent.success(), "SIGTERM reached the edge");
+        // 800 tries 50 ms apart: 40 s, past the drain's 12 s and the shutdown grace.
+        let status = (0..800)
+            .find_map(|_| match self.proc.0.try_wait() {
+                Ok(Some(status)) => Some(status),
+                _ => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    None
+                }
+            })
+            .expect("the drained edge exits within 40 s");
+        assert!(status.success(), "a drained edge exits 0: {status}");
+        let listen = self.url.trim_start_matches("ws://").to_owned();
+        let (url, proc) = ServeProc::spawn(&self.nats, &self.data, &listen);
+        (self.url, self.proc) = (url, proc);
+    }
+
     /// Kills the edge (as a crash would) and starts it again on the same port.
     pub fn restart(&mut self) {
         self.proc.kill();

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use tether_contract::backend::{CallMeta, CallParams};
 use tether_contract::mcp::ToolDeclaration;
-use tether_contract::Leg;
+use tether_contract::{ErrorKind, Leg, WireError};
 use tether_core::BackendLink;
 
 use crate::device::{tool, Behavior, DeviceSpec, SimDevice};
@@ -86,6 +86,13 @@ pub struct SoakConfig {
     pub call_budget: Duration,
     /// How long every device may take to get a session ([`DEFAULT_FLEET_DEADLINE`]).
     pub fleet_deadline: Duration,
+    /// Ride a rolling restart of the edges, as a production fleet and backend
+    /// would: every call carries an idempotency key and the driver holds a
+    /// link to every edge, re-dialling one whose edge went away and sending a
+    /// call again on another, under the same key, when its edge refused it
+    /// before delivery or its outcome is unknown; a device whose socket
+    /// closes resumes its session on the next edge with its resume token.
+    pub rolling: bool,
 }
 
 /// Core's per-tool budget (the 12 s of the 7 + 4 + 1 chain).
@@ -180,6 +187,9 @@ pub struct SoakReport {
     pub sessions_connected: u64,
     /// Device reconnects after faults.
     pub reconnects: u64,
+    /// Keyed calls sent again on another edge after theirs refused them
+    /// undelivered (a rolling soak).
+    pub calls_resent: u64,
     /// Calls the edge still held after the run (must be 0).
     pub pending_at_end: u64,
     /// Core's per-tool budget per call, in milliseconds.
@@ -240,6 +250,9 @@ impl SoakReport {
         }
         row("lost calls", format!("{} ({} at core's budget)", self.lost_calls, self.lost_at_core_budget));
         row("duplicate outcomes", self.duplicate_outcomes.to_string());
+        if self.calls_resent > 0 {
+            row("keyed calls resent", self.calls_resent.to_string());
+        }
         row("misrouted results", self.misrouted_results.to_string());
         row("late answers", format!("{} counted / {} injected", self.late_counted, self.late_injected));
         let l = &self.latency_ms;
@@ -280,6 +293,7 @@ struct Tally {
     first_connect_error: Mutex<Option<String>>,
     misrouted: AtomicU64,
     reconnects: AtomicU64,
+    resent: AtomicU64,
     outcomes: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<Option<Histogram<u64>>>,
     second: Mutex<Option<Histogram<u64>>>,
@@ -360,6 +374,113 @@ pub(crate) async fn http_get(addr: &str, path: &str) -> Option<String> {
     String::from_utf8(body.to_vec()).ok()
 }
 
+/// The driver's backend links in a rolling soak: one per edge, re-dialled
+/// when its edge went away, as an agent backend behind a load balancer would.
+struct Links {
+    token: String,
+    slots: Vec<(String, tokio::sync::Mutex<Option<Arc<BackendLink>>>)>,
+    /// `late_responses` of the links already replaced.
+    late_before: AtomicU64,
+    next: AtomicU64,
+}
+
+/// How often one keyed call is sent before its refusal is its outcome.
+const MAX_SENDS: u32 = 16;
+
+impl Links {
+    /// Links to `edges`, starting with `first`, already open to `first_edge`.
+    fn new(edges: &[String], token: &str, first_edge: &str, first: Arc<BackendLink>) -> Links {
+        let slots = edges
+            .iter()
+            .map(|e| (e.clone(), tokio::sync::Mutex::new((e == first_edge).then(|| Arc::clone(&first)))))
+            .collect();
+        Links { token: token.to_owned(), slots, late_before: AtomicU64::new(0), next: AtomicU64::new(0) }
+    }
+
+    /// A live link, trying the edges from `start` on; None when no edge takes one.
+    async fn live(&self, start: usize) -> Option<(usize, Arc<BackendLink>)> {
+        for k in 0..self.slots.len() {
+            let ix = (start + k) % self.slots.len();
+            let (url, slot) = &self.slots[ix];
+            let mut slot = slot.lock().await;
+            if let Some(link) = slot.as_ref().filter(|l| !l.is_closed()) {
+                return Some((ix, Arc::clone(link)));
+            }
+            if let Some(gone) = slot.take() {
+                self.late_before.fetch_add(gone.counters().get("late_responses"), Ordering::Relaxed);
+            }
+            if let Ok(link) = BackendLink::connect(url, &self.token).await {
+                let link = Arc::new(link);
+                *slot = Some(Arc::clone(&link));
+                return Some((ix, link));
+            }
+        }
+        None
+    }
+
+    /// A call under an idempotency key of its own, sent again on another
+    /// edge while its outcome is a refusal before delivery or unknown, within `budget`.
+    async fn call_keyed(
+        &self,
+        mut params: CallParams,
+        nonce: u64,
+        budget: Duration,
+        tally: &Tally,
+    ) -> Result<tether_contract::backend::CallResponse, WireError> {
+        params.meta.idempotency_key = Some(format!("soak-{nonce}"));
+        let deadline = Instant::now() + budget;
+        let chain = tether_contract::Budgets::default();
+        let slack = chain.reread + chain.headroom;
+        let mut start = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut sends = 0;
+        loop {
+            let Some((ix, link)) = self.live(start).await else {
+                return Err(WireError::new(ErrorKind::ChannelClosed, "no edge took a backend link"));
+            };
+            sends += 1;
+            // The edge is told what is left, less what its own legs may add
+            // after the call (a catalog re-read, the headroom): its answer
+            // then always lands inside core's wait, never after it.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let edge_leg = left.saturating_sub(slack);
+            params.meta.budget_ms = Some(u64::try_from(edge_leg.as_millis()).unwrap_or(u64::MAX).max(1));
+            let outcome = link.call(params.clone(), left).await;
+            // Refused before delivery (draining, a session mid-move or not yet
+            // listing its tools), or cut off with its outcome unknown: the
+            // key makes sending it again safe, which is what keys are for.
+            let again = outcome.as_ref().err().is_some_and(|e| {
+                matches!(
+                    e.kind,
+                    ErrorKind::Overloaded
+                        | ErrorKind::SessionNotFound
+                        | ErrorKind::ToolUnavailable
+                        | ErrorKind::ChannelClosed
+                )
+            });
+            let room = deadline.saturating_duration_since(Instant::now()) > slack + Duration::from_secs(1);
+            if !again || sends >= MAX_SENDS || !room {
+                return outcome;
+            }
+            tally.resent.fetch_add(1, Ordering::Relaxed);
+            start = ix + 1;
+            // Backing off past a restart's window: 50 ms doubling to 1 s, inside the budget.
+            let pause = Duration::from_millis(50 << sends.min(5)).min(Duration::from_secs(1));
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    /// Second outcomes over every link the soak held.
+    async fn late_responses(&self) -> u64 {
+        let mut late = self.late_before.load(Ordering::Relaxed);
+        for (_, slot) in &self.slots {
+            if let Some(link) = slot.lock().await.as_ref() {
+                late += link.counters().get("late_responses");
+            }
+        }
+        late
+    }
+}
+
 fn over_cap_tools() -> Vec<ToolDeclaration> {
     (0..40)
         .map(|i| {
@@ -384,6 +505,8 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
     if !edges.contains(&cfg.edge) {
         edges.push(cfg.edge.clone());
     }
+    let links =
+        cfg.rolling.then(|| Arc::new(Links::new(&edges, &cfg.backend_token, &cfg.edge, Arc::clone(&link))));
     let start_sample = scrape_all(&edges).await;
     let live: Arc<Mutex<Vec<Live>>> = Arc::default();
     let tally = Arc::new(Tally {
@@ -407,20 +530,28 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             Arc::clone(&live),
             Arc::clone(&tally),
         );
+        let (all_edges, rolling) = (device_edges.clone(), cfg.rolling);
         device_tasks.push(tokio::spawn(async move {
             let tools = if i % 25 == 24 { over_cap_tools() } else { vec![tool("op")] };
+            let mut spec = DeviceSpec::minimal(tools);
+            // An over-cap catalog does not fit one frame: page it, as a real device must.
+            spec.page_size = Some(8);
+            spec.record_calls = false;
+            spec.default_behavior = Behavior::Mixed(Arc::clone(&mix));
             let mut first = true;
             let mut connected_once = false;
+            // A rolling soak's device resumes on the next edge, as one told 1012 does.
+            let (mut at, mut resume) = (i % all_edges.len(), None::<String>);
             while Instant::now() < fleet_end {
-                let mut spec = DeviceSpec::minimal(tools.clone());
-                // An over-cap catalog does not fit one frame: page it, as a real device must.
-                spec.page_size = Some(8);
-                spec.record_calls = false;
-                spec.default_behavior = Behavior::Mixed(Arc::clone(&mix));
-                let mut dev = match SimDevice::connect(&edge, &token, spec).await {
+                let edge = if rolling { all_edges[at].as_str() } else { edge.as_str() };
+                // A clone shares the spec's answers by key: a resumed device remembers them.
+                let mut dev = match SimDevice::resume(edge, &token, spec.clone(), resume.as_deref()).await {
                     Ok(dev) => dev,
                     Err(e) => {
                         lock(&tally.first_connect_error).get_or_insert_with(|| e.to_string());
+                        if rolling {
+                            at = (at + 1) % all_edges.len();
+                        }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -445,6 +576,10 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
                     _ = tokio::time::sleep_until(fleet_end) => dev.disconnect().await,
                 }
                 lock(&live).retain(|(s, _)| *s != session);
+                if rolling {
+                    resume = dev.resume_token();
+                    at = (at + 1) % all_edges.len();
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }));
@@ -475,7 +610,8 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
 
     let call_budget = cfg.call_budget;
     let call_one = {
-        let (link, live, tally) = (Arc::clone(&link), Arc::clone(&live), Arc::clone(&tally));
+        let (link, links, live, tally) =
+            (Arc::clone(&link), links.clone(), Arc::clone(&live), Arc::clone(&tally));
         move |nonce: u64, rng: &mut SplitMix64| {
             let target = {
                 let live = lock(&live);
@@ -485,7 +621,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
                     Some(live[rng.below(live.len() as u64) as usize].clone())
                 }
             };
-            let (link, tally) = (Arc::clone(&link), Arc::clone(&tally));
+            let (link, links, tally) = (Arc::clone(&link), links.clone(), Arc::clone(&tally));
             async move {
                 // Each device runs as its own principal: its token is the call's user credential.
                 let Some((session, credential)) = target else {
@@ -505,7 +641,10 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
                         ..CallMeta::default()
                     },
                 };
-                let outcome = link.call(params, call_budget).await;
+                let outcome = match &links {
+                    Some(links) => links.call_keyed(params, nonce, call_budget, &tally).await,
+                    None => link.call(params, call_budget).await,
+                };
                 if outcome.as_ref().is_err_and(|e| e.timed_out_leg() == Some(Leg::PerTool)) {
                     // Core gave up; the edge never delivered an outcome.
                     tally.lost_at_core_budget.fetch_add(1, Ordering::Relaxed);
@@ -627,7 +766,11 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
         devices_connected: tally.devices_connected.load(Ordering::Relaxed),
         first_connect_error,
         call_budget_ms: u64::try_from(cfg.call_budget.as_millis()).unwrap_or(u64::MAX),
-        duplicate_outcomes: link.counters().get("late_responses"),
+        duplicate_outcomes: match &links {
+            Some(links) => links.late_responses().await,
+            None => link.counters().get("late_responses"),
+        },
+        calls_resent: tally.resent.load(Ordering::Relaxed),
         misrouted_results: tally.misrouted.load(Ordering::Relaxed),
         late_injected: mix.injected(Fault::Late),
         late_counted: end.late.saturating_sub(start_sample.late),
