@@ -585,6 +585,34 @@ async fn an_edge_that_boots_without_nats_serves_its_own_sessions_and_joins_when_
     .await;
 }
 
+/// `/mcp` never remembers a session list its edge gathered without the
+/// whole cluster: a list read while NATS was down holds only the edge's own
+/// sessions, and the user's devices on other edges are listed as soon as the
+/// edge rejoins, not when a remembered answer runs out 30 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_list_gathered_without_the_whole_cluster_is_not_remembered() {
+    let mut nats = NatsServer::start();
+    let b = ServeProc::start(&nats.url(), "b");
+    joined(&[&b]).await;
+    let (_device, _) = device_on(&b, "mira", DeviceSpec::minimal(vec![tool("scan")])).await;
+    // B's device opened before A exists: no event of it will ever reach A.
+    nats.stop();
+    let a = ServeProc::start(&nats.url(), "a");
+    until(SHORT, "the edge boots degraded", || async { readyz(&a).await.contains("degraded") }).await;
+    let mira = common::user("mira");
+    let tools = |v: &serde_json::Value| v["result"]["tools"].as_array().map_or(0, Vec::len);
+    let alone = common::mcp_stateless(&a.http(), &mira, "tools/list", json!({}), json!({})).await;
+    assert_eq!(tools(&alone), 0, "without NATS, A lists only its own sessions: {alone}");
+    assert!(metric(&a, "tether_mcp_lists_not_remembered_total").await >= 1);
+
+    nats.restart();
+    joined(&[&a, &b]).await;
+    until(SHORT, "A lists the device on B once it rejoins", || async {
+        tools(&common::mcp_stateless(&a.http(), &mira, "tools/list", json!({}), json!({})).await) == 1
+    })
+    .await;
+}
+
 /// A session moving between edges (its device resuming elsewhere) is held by
 /// neither for a moment: the old holder has let go and the new one has not
 /// subscribed yet. A third edge's call in that moment waits for the new

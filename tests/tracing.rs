@@ -17,31 +17,6 @@ use tether_harness::{DeviceSpec, SimDevice};
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const AGENT_SPAN: &str = "00f067aa0ba902b7";
 
-/// A stateless 2026-07-28 request to `/mcp` with `meta` in its `_meta`.
-async fn mcp(edge: &ServeProc, token: &str, method: &str, mut params: Value, meta: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "agent", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    if let (Some(all), Value::Object(more)) = (params["_meta"].as_object_mut(), meta) {
-        all.extend(more);
-    }
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/mcp", edge.http()))
-        .bearer_auth(token)
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method);
-    if let Some(name) = params["name"].as_str() {
-        request = request.header("Mcp-Name", name);
-    }
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let response = request.json(&body).send().await.unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
-    response.json().await.unwrap()
-}
-
 /// Polls `check` every 50 ms, failing past `limit`.
 async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
     let tries = limit.as_millis() / 50;
@@ -56,15 +31,13 @@ async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> O
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_call_through_two_edges_is_one_trace_from_the_agent_to_the_device() {
-    // reqwest here is built without a TLS provider, as in the product.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let receiver = OtlpReceiver::start();
     let nats = NatsServer::start();
     let a = ServeProc::start_traced(&nats.url(), "a", &receiver.endpoint);
     let b = ServeProc::start_traced(&nats.url(), "b", &receiver.endpoint);
     for edge in [&a, &b] {
         until(Duration::from_secs(15), "the edge joins the cluster", || async {
-            let ready = reqwest::get(format!("{}/readyz", edge.http())).await.ok()?.text().await.ok()?;
+            let ready = common::http_get(format!("{}/readyz", edge.http())).await.ok()?.text().await.ok()?;
             (ready == "ready\n").then_some(())
         })
         .await;
@@ -78,13 +51,13 @@ async fn an_mcp_call_through_two_edges_is_one_trace_from_the_agent_to_the_device
 
     // The agent reaches A; the device is held by B.
     let name = until(Duration::from_secs(15), "A lists the device on B", || async {
-        let listed = mcp(&a, &mira, "tools/list", json!({}), json!({})).await;
+        let listed = common::mcp_stateless(&a.http(), &mira, "tools/list", json!({}), json!({})).await;
         listed["result"]["tools"][0]["name"].as_str().map(str::to_owned)
     })
     .await;
     let traceparent = format!("00-{TRACE}-{AGENT_SPAN}-01");
-    let answer = mcp(
-        &a,
+    let answer = common::mcp_stateless(
+        &a.http(),
         &mira,
         "tools/call",
         json!({"name": name, "arguments": {}}),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
@@ -368,4 +368,30 @@ pub fn python() -> String {
 pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::get(url).await
+}
+
+/// A stateless 2026-07-28 request to `{http}/mcp` with `meta` in its `_meta`; its JSON answer.
+pub async fn mcp_stateless(http: &str, token: &str, method: &str, mut params: Value, meta: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "agent", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    if let (Some(all), Value::Object(more)) = (params["_meta"].as_object_mut(), meta) {
+        all.extend(more);
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut request = reqwest::Client::new()
+        .post(format!("{http}/mcp"))
+        .bearer_auth(token)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method);
+    if let Some(name) = params["name"].as_str() {
+        request = request.header("Mcp-Name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let response = request.json(&body).send().await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    response.json().await.unwrap()
 }

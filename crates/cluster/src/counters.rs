@@ -61,6 +61,9 @@ pub(crate) struct ClusterMetrics {
     pub(crate) edges: Gauge,
     /// True while connected to NATS: a call in flight to another edge fails when it turns false.
     pub(crate) connection: tokio::sync::watch::Sender<bool>,
+    /// Since when this edge has been connected: until every edge's heartbeat
+    /// can have been heard, an empty member list proves nothing.
+    pub(crate) up_since: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Default for ClusterMetrics {
@@ -70,6 +73,7 @@ impl Default for ClusterMetrics {
             connected: Gauge::default(),
             edges: Gauge::default(),
             connection: tokio::sync::watch::channel(false).0,
+            up_since: std::sync::Mutex::new(None),
         }
     }
 }

@@ -284,11 +284,13 @@ fn connection_event(metrics: &ClusterMetrics, url: &str, event: &async_nats::Eve
             ClusterCounters::bump(&metrics.counters.nats_connects);
             metrics.connected.set(1);
             metrics.connection.send_replace(true);
+            *tether_rpc::lock(&metrics.up_since) = Some(tokio::time::Instant::now());
             info!(nats = %url, "connected to NATS: the cluster is whole");
         }
         async_nats::Event::Disconnected => {
             metrics.connected.set(0);
             metrics.connection.send_replace(false);
+            *tether_rpc::lock(&metrics.up_since) = None;
             fallback!(metrics.counters.nats_disconnects, warn, nats = %url, "lost NATS: serving this edge's sessions only until it returns");
         }
         other => tracing::debug!(nats = %url, event = %other, "NATS client event"),

@@ -24,7 +24,7 @@ use tether_contract::writes::{DecideParams, Decided};
 use tether_contract::Leg;
 use tether_counters::fallback;
 use tether_edge::hub::{BackendEvent, Hub};
-use tether_edge::router::{Claimed, Local, Reader, Routed, Router, TaskAnswer, TaskOp};
+use tether_edge::router::{Claimed, Listing, Local, Reader, Routed, Router, TaskAnswer, TaskOp};
 use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
@@ -505,18 +505,21 @@ impl ClusterRouter {
 
     /// `sessions/list` of every other edge alive; an edge that does not
     /// answer in time is left out, counted and logged.
-    async fn gather(&self, reader: &Reader) -> Vec<SessionInfo> {
+    async fn gather(&self, reader: &Reader) -> (Vec<SessionInfo>, bool) {
         if !self.inner.connected() {
             fallback!(
                 self.counters().lists_partial,
                 warn,
                 "sessions/list answered with this edge's sessions only: NATS is unreachable"
             );
-            return Vec::new();
+            return (Vec::new(), true);
         }
         let mut expected: HashSet<String> = self.inner.members.alive().into_iter().collect();
         if expected.is_empty() {
-            return Vec::new();
+            // Alone, or joined too recently to have heard every edge's heartbeat.
+            let settled = lock(&self.inner.metrics.up_since)
+                .is_some_and(|up| up.elapsed() >= self.inner.config.edge_timeout);
+            return (Vec::new(), !settled);
         }
         ClusterCounters::bump(&self.counters().lists_gathered);
         let mut waiting = self.inner.waiters.open(None);
@@ -524,7 +527,7 @@ impl ClusterRouter {
         let reply = subject::reply(&self.inner.me, waiting.id);
         if let Err(e) = self.inner.client.publish_with_reply(subject::LIST, reply, encode(&request)).await {
             fallback!(self.counters().publish_failures, warn, error = %e, "could not ask the other edges for their sessions");
-            return Vec::new();
+            return (Vec::new(), true);
         }
         let until = Instant::now() + self.inner.config.read_timeout;
         let mut sessions = Vec::new();
@@ -551,7 +554,9 @@ impl ClusterRouter {
                 }
             }
         }
-        sessions
+        // Whole only when every edge expected answered.
+        let partial = !expected.is_empty();
+        (sessions, partial)
     }
 }
 
@@ -579,21 +584,33 @@ impl Router for ClusterRouter {
         reader: &'a Reader,
         only: Option<&'a str>,
     ) -> Routed<'a, Vec<SessionInfo>> {
+        Box::pin(async move { self.listing(hub, reader, only).await.map(|l| l.sessions) })
+    }
+
+    fn listing<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        reader: &'a Reader,
+        only: Option<&'a str>,
+    ) -> Routed<'a, Listing> {
         Box::pin(async move {
             match only {
-                Some(id) if hub.session(id).is_some() => Local.list(hub, reader, only).await,
+                Some(id) if hub.session(id).is_some() => {
+                    Ok(Listing { sessions: Local.list(hub, reader, only).await?, partial: false })
+                }
                 Some(id) => match self.read(hub, id, ReadOp::List, reader).await {
                     Err(e) if matches!(e.kind, ErrorKind::SessionNotFound | ErrorKind::ChannelClosed) => {
-                        Ok(Vec::new())
+                        Ok(Listing { sessions: Vec::new(), partial: !self.inner.connected() })
                     }
-                    other => other,
+                    other => other.map(|sessions| Listing { sessions, partial: false }),
                 },
                 None => {
                     let mut all = Local.list(hub, reader, None).await?;
-                    all.extend(self.gather(reader).await);
+                    let (others, partial) = self.gather(reader).await;
+                    all.extend(others);
                     all.sort_by(|a, b| a.session.cmp(&b.session));
                     all.dedup_by(|a, b| a.session == b.session);
-                    Ok(all)
+                    Ok(Listing { sessions: all, partial })
                 }
             }
         })

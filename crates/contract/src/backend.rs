@@ -70,6 +70,10 @@ pub struct SessionsList {
     /// Who the edge verified the credential as; absent from an older edge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reader: Option<ReaderInfo>,
+    /// The edge could not ask every edge of its cluster (it is not joined to
+    /// NATS): the list holds only the sessions it reached. Not worth remembering.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// The verified reader of a `sessions/list`: what an endpoint serving users

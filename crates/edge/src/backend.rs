@@ -133,9 +133,9 @@ pub async fn handle(
         method::SESSIONS_LIST => {
             let p: ListParams = params(raw)?;
             let (reader, expires_at) = reader_until(hub, method_name, p.meta.credential.as_deref())?;
-            let sessions = router.list(hub, &reader, p.session.as_deref()).await?;
+            let listed = router.listing(hub, &reader, p.session.as_deref()).await?;
             let info = ReaderInfo { expires_at: Some(expires_at), ..reader.info() };
-            to_value(&SessionsList { sessions, reader: Some(info) })
+            to_value(&SessionsList { sessions: listed.sessions, reader: Some(info), partial: listed.partial })
         }
         method::TURN_BEGIN => {
             let p: SessionParams = params(raw)?;

@@ -137,8 +137,30 @@ impl serde::Serialize for Claimed {
     }
 }
 
+/// A session list and whether it is whole.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// The sessions, sorted by id.
+    pub sessions: Vec<SessionInfo>,
+    /// Some edges could not be asked (NATS unreachable, an edge silent, the
+    /// cluster's members not all heard yet): only the sessions reached.
+    pub partial: bool,
+}
+
 /// Answers backend requests by session id, wherever the session is held.
 pub trait Router: std::fmt::Debug + Send + Sync {
+    /// [`Router::list`], saying whether it reached every edge: a list
+    /// gathered without the whole cluster is `partial`, and nobody keeps it.
+    fn listing<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        reader: &'a Reader,
+        only: Option<&'a str>,
+    ) -> Routed<'a, Listing> {
+        let listed = self.list(hub, reader, only);
+        Box::pin(async move { Ok(Listing { sessions: listed.await?, partial: false }) })
+    }
+
     /// The sessions `reader` may see (only `only`, when given), sorted by id.
     fn list<'a>(
         &'a self,

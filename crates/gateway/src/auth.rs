@@ -235,6 +235,13 @@ async fn ask_edge(
             "an operator credential reads sessions; it calls no tools",
         ));
     }
+    // A list the edge could not gather from its whole cluster serves this request only.
+    let expires_at = if list.partial {
+        fallback!(shared.metrics.counters.lists_not_remembered, debug, principal = %reader.principal, "the edge's session list is partial (its cluster is unreachable); not remembered");
+        None
+    } else {
+        reader.expires_at
+    };
     let mut sessions = list.sessions;
     if let Some(id) = pinned {
         sessions.retain(|s| s.session == id);
@@ -244,7 +251,7 @@ async fn ask_edge(
             );
         }
     }
-    Ok(shared.memory.remember(token, pinned, epoch, reader.principal, sessions, reader.expires_at))
+    Ok(shared.memory.remember(token, pinned, epoch, reader.principal, sessions, expires_at))
 }
 
 /// The protected-resource metadata document (RFC 9728) for the MCP endpoint.

@@ -29,6 +29,8 @@ tether_counters::counters! {
         requests_remembered,
     }
     fallbacks {
+        /// Session lists not remembered because the edge could not reach its whole cluster.
+        lists_not_remembered,
         /// Requests refused with 401: no bearer token, or one the edge refused.
         unauthenticated,
         /// Requests refused: an operator credential (403; it calls no tools), or another user's MCP session id (404).
