@@ -244,7 +244,7 @@ async fn serve_call(inner: Arc<Inner>, hub: Arc<Hub>, message: Message, cancel: 
         inner.publish(reply.clone(), encode(&Reply::Progress { frame })).await;
     }
     if let Some(outcome) = outcome {
-        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
+        telemetry::ended(&span, &outcome);
         inner.publish(reply.clone(), encode(&Reply::Done { outcome: Answer::of(outcome) })).await;
     }
     lock(&inner.serving).remove(&reply);

@@ -29,7 +29,6 @@ use tether_edge::session::{ProgressRelay, Session};
 use tether_edge::ws::Outbound;
 use tether_rpc::lock;
 use tether_telemetry::{self as telemetry, Kind};
-use tracing::Instrument;
 
 use crate::counters::ClusterCounters;
 use crate::subject::{self, is_session_token};
@@ -418,9 +417,7 @@ impl ClusterRouter {
         );
         span.record("tether.session", params.session.as_str());
         telemetry::carry(&span, &mut params.meta);
-        let outcome = self.call_remote(hub, params, owner, progress).instrument(span.clone()).await;
-        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
-        outcome
+        telemetry::run(span, self.call_remote(hub, params, owner, progress)).await
     }
 
     /// A call on a session another edge holds.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tracing::{info, Instrument};
+use tracing::info;
 
 use tether_contract::backend::{CallMeta, CallParams, Manifest, ReadMeta};
 use tether_contract::mcp::{CallToolResult, ToolDeclaration};
@@ -528,9 +528,8 @@ impl<'a> Turn<'a> {
     ) -> Result<CallToolResult, WireError> {
         let span = telemetry::leg(Kind::Client, "tools/call", name, "dispatch");
         telemetry::adopt(&span, options.traceparent.as_deref(), options.tracestate.as_deref());
-        let outcome = self.dispatch(name, arguments, options, &span).instrument(span.clone()).await;
-        telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
-        outcome
+        let onward = span.clone();
+        telemetry::run(span, self.dispatch(name, arguments, options, &onward)).await
     }
 
     /// [`Turn::call_with`] inside its dispatch span.
@@ -547,13 +546,10 @@ impl<'a> Turn<'a> {
         }
         // Models often send no arguments for a tool that takes none.
         let arguments = if arguments.is_null() { json!({}) } else { arguments };
-        let gated = {
-            let gate = telemetry::leg(Kind::Internal, "gate", name, "gate");
-            let admitted = gate.in_scope(|| self.admit(name, &arguments));
-            telemetry::outcome(&gate, admitted.as_ref().err().map(|e| e.kind.as_str()));
-            admitted
-        };
-        let gate = gated?;
+        let gate_span = telemetry::leg(Kind::Internal, "gate", name, "gate");
+        let admitted = gate_span.in_scope(|| self.admit(name, &arguments));
+        telemetry::ended(&gate_span, &admitted);
+        let gate = admitted?;
         let needs_approval = self.profile.needs_approval(&gate.declaration);
         let budget = self.budgets.per_tool;
         let (traceparent, tracestate) = telemetry::onward(span, traceparent, tracestate);

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, info, warn};
 
 use tether_contract::backend::{method, CallParams, ListParams, ReaderInfo, SessionParams, SessionsList};
 use tether_contract::error::{ErrorKind, WireError};
@@ -172,16 +172,12 @@ pub async fn handle(
                 telemetry::adopt_meta(&span, &p.meta);
                 span.record("tether.session", p.session.as_str());
                 telemetry::carry(&span, &mut p.meta);
-                let outcome = match caller(hub, &p.session, p.meta.credential.as_deref()) {
-                    Ok(owner) => {
-                        let relay =
-                            p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
-                        router.call(hub, p, &owner, relay).instrument(span.clone()).await
-                    }
-                    Err(e) => Err(e),
+                let called = async {
+                    let owner = caller(hub, &p.session, p.meta.credential.as_deref())?;
+                    let relay = p.meta.progress_token.clone().map(|t| ProgressRelay::new(t, writer.clone()));
+                    router.call(hub, p, &owner, relay).await
                 };
-                telemetry::outcome(&span, outcome.as_ref().err().map(|e| e.kind.as_str()));
-                outcome
+                telemetry::run(span, called).await
             };
             let outcome_label = match &outcome {
                 Ok(_) => {

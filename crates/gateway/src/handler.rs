@@ -359,7 +359,7 @@ impl McpServer {
             (None, Ok(_)) => "ok".to_owned(),
             (None, Err(e)) => e.kind.as_str().to_owned(),
         };
-        telemetry::outcome(span, outcome.as_ref().err().map(|e| e.kind.as_str()));
+        telemetry::ended(span, &outcome);
         shared.metrics.calls.get_or_create(&vec![("outcome".to_owned(), label)]).inc();
         match returned {
             Some(task) => task.into(),

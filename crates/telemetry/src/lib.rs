@@ -15,14 +15,16 @@
 pub mod export;
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing::Span;
+use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use tether_contract::backend::CallMeta;
+use tether_contract::WireError;
 
 pub use export::{start, Exporting, TelemetryConfig, TelemetryError, TraceCounters};
 
@@ -91,6 +93,18 @@ pub fn outcome(span: &Span, failed: Option<&str>) {
             span.record("otel.status_code", "ERROR");
         }
     }
+}
+
+/// [`outcome`] of a call's result: `ok`, or its error's kind.
+pub fn ended<T>(span: &Span, result: &Result<T, WireError>) {
+    outcome(span, result.as_ref().err().map(|e| e.kind.as_str()));
+}
+
+/// Runs `call` inside `span` and records how it ended there.
+pub async fn run<T>(span: Span, call: impl Future<Output = Result<T, WireError>>) -> Result<T, WireError> {
+    let result = call.instrument(span.clone()).await;
+    ended(&span, &result);
+    result
 }
 
 /// Makes `span` a child of the caller's W3C trace context; an absent or

@@ -416,10 +416,8 @@ impl Session {
             EdgeCounters::bump(&self.counters().rereads_after_call);
             // Boxed: the rare path, kept out of every call's state.
             let reread = telemetry::leg(Kind::Client, method::TOOLS_LIST, &params.name, "reread");
-            let read =
-                Box::pin(self.read_catalog(self.hub.config.budgets.reread).instrument(reread.clone())).await;
-            telemetry::outcome(&reread, read.as_ref().err().map(|e| e.kind.as_str()));
-            if let Err(e) = read {
+            let read = telemetry::run(reread, self.read_catalog(self.hub.config.budgets.reread));
+            if let Err(e) = Box::pin(read).await {
                 fallback!(self.counters().reread_failures, warn, session = %self.id, error = %e, "catalog re-read after call failed; manifest may be stale");
                 response.manifest_stale = true;
             }
