@@ -177,13 +177,32 @@ pub(crate) fn rss_bytes(pid: u32) -> u64 {
 
 /// CPU time (user + system) of process `pid`, in seconds; 0 when unreadable.
 pub(crate) fn cpu_seconds(pid: u32) -> f64 {
-    // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 Hz on Linux).
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_ticks(&stat) as f64 / 100.0
+}
+
+/// utime + stime, fields 14 and 15 of a `/proc/PID/stat` line, in clock ticks
+/// (100 Hz on Linux). Fields are counted by position: some are negative (a
+/// process with no terminal has tpgid -1), so skipping what is not a `u64`
+/// would shift every later field and read stime + cutime instead.
+fn stat_cpu_ticks(stat: &str) -> u64 {
+    // The name, field 2, may hold spaces: count from its closing ')', which is field 3's start.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    // After ")": state is not numeric, so f[0] is ppid (field 4); utime is field 14 → f[10].
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-    ticks as f64 / 100.0
+    let field =
+        |n: usize| after.split_whitespace().nth(n - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    field(14) + field(15)
+}
+
+#[cfg(test)]
+mod stat_tests {
+    use super::stat_cpu_ticks;
+
+    #[test]
+    fn cpu_ticks_count_fields_by_position_past_a_negative_tpgid() {
+        // A daemon's line: tty_nr 0, tpgid -1; utime 700, stime 40, cutime 5, cstime 6.
+        let line = "42 (tether serve) S 1 42 42 0 -1 4194304 73 0 0 0 700 40 5 6 20 0 9 0 3682853";
+        assert_eq!(stat_cpu_ticks(line), 740);
+    }
 }
 
 pub(crate) mod jwt {
