@@ -473,3 +473,25 @@ async fn every_bench_call_shape_completes_against_a_real_edge_without_errors() {
     }
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// `tether soak --rolling` drives keyed load at a running edge (the ledger
+/// counts the calls resent under their keys); without an edge it is refused.
+#[test]
+fn soak_rolling_rides_a_running_edge_and_asks_for_one() {
+    let data = data_dir("soak-rolling");
+    let refused = run(&data, &["soak", "--rolling", "--duration", "1s"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--edge"), "{refused:?}");
+
+    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    let url = listening.strip_prefix("listening on ").unwrap().to_owned();
+    let data_arg = data.display().to_string();
+    let args = ["soak", "--edge", &url, "--data-dir", &data_arg, "--rolling", "--devices", "10"];
+    let soak = output_within(
+        tether(&data).args(args).args(["--duration", "2s", "--concurrency", "4", "--faults", "answer=100"]),
+        Duration::from_secs(60),
+    );
+    let ledger = String::from_utf8_lossy(&soak.stderr);
+    assert!(soak.status.success(), "{ledger}");
+    assert!(ledger.contains("keyed calls resent") && ledger.contains("all invariants held"), "{ledger}");
+}

@@ -48,6 +48,11 @@ pub(crate) struct Args {
     /// How long every device may take to get a session before the soak fails, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = parse_ttl)]
     fleet_timeout: Duration,
+    /// Ride a rolling restart of the --device-edge edges while it runs: every
+    /// call keyed and sent again under its key when an edge refuses or drops
+    /// it, devices resuming on the next edge (needs --edge).
+    #[arg(long, requires = "edge")]
+    rolling: bool,
 }
 
 /// Runs the soak; broken invariants fail the command.
@@ -91,7 +96,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         call_budget: soak::DEFAULT_CALL_BUDGET,
         fleet_deadline: args.fleet_timeout,
-        rolling: false,
+        rolling: args.rolling,
     };
     let report = soak::run(cfg).await.map_err(|e| e.to_string())?;
     if let Some((shutdown, task)) = embedded {

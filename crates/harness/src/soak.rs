@@ -190,6 +190,8 @@ pub struct SoakReport {
     /// Keyed calls sent again on another edge after theirs refused them
     /// undelivered (a rolling soak).
     pub calls_resent: u64,
+    /// Whether the driver rode a rolling restart ([`SoakConfig::rolling`]).
+    pub rolling: bool,
     /// Calls the edge still held after the run (must be 0).
     pub pending_at_end: u64,
     /// Core's per-tool budget per call, in milliseconds.
@@ -250,7 +252,7 @@ impl SoakReport {
         }
         row("lost calls", format!("{} ({} at core's budget)", self.lost_calls, self.lost_at_core_budget));
         row("duplicate outcomes", self.duplicate_outcomes.to_string());
-        if self.calls_resent > 0 {
+        if self.rolling || self.calls_resent > 0 {
             row("keyed calls resent", self.calls_resent.to_string());
         }
         row("misrouted results", self.misrouted_results.to_string());
@@ -771,6 +773,7 @@ pub async fn run(cfg: SoakConfig) -> Result<SoakReport, HarnessError> {
             None => link.counters().get("late_responses"),
         },
         calls_resent: tally.resent.load(Ordering::Relaxed),
+        rolling: cfg.rolling,
         misrouted_results: tally.misrouted.load(Ordering::Relaxed),
         late_injected: mix.injected(Fault::Late),
         late_counted: end.late.saturating_sub(start_sample.late),
