@@ -53,6 +53,8 @@ enum Command {
     Call(cmd::read::CallArgs),
     /// Show one session: namespaced ↔ original names, seq, drops, recent calls.
     Inspect(cmd::read::InspectArgs),
+    /// Ask an edge's /healthz or /readyz: exit 0 on 200 (a health check with no shell or curl).
+    Probe(cmd::probe::Args),
     /// Run a simulated fleet with faults and a load driver; check the invariants.
     Soak(cmd::soak::Args),
     /// Measure tether against a bare tokio-tungstenite relay in the same run.
@@ -85,6 +87,7 @@ async fn run(command: Command) -> Result<(), String> {
         Command::Bridge(args) => cmd::bridge::run(args).await,
         Command::Call(args) => cmd::read::call(args).await,
         Command::Inspect(args) => cmd::read::inspect(args).await,
+        Command::Probe(args) => cmd::probe::run(args).await,
         Command::Soak(args) => cmd::soak::run(args).await,
         Command::Bench(args) => cmd::bench::run(args).await,
         Command::Relay(args) => cmd::bench::relay(args).await,

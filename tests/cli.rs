@@ -495,3 +495,26 @@ fn soak_rolling_rides_a_running_edge_and_asks_for_one() {
     assert!(soak.status.success(), "{ledger}");
     assert!(ledger.contains("keyed calls resent") && ledger.contains("all invariants held"), "{ledger}");
 }
+
+/// `tether probe` (the image's HEALTHCHECK): exit 0 on /healthz's 200, and a
+/// sentence and a failure on anything else.
+#[test]
+fn probe_passes_on_a_healthy_edge_and_says_why_it_fails() {
+    let data = data_dir("probe");
+    let (listening, _edge) = spawn_until_line(&data, &["serve", "--listen", "127.0.0.1:0"]);
+    let base = listening.strip_prefix("listening on ").unwrap().replacen("ws://", "http://", 1);
+    let healthy = run(&data, &["probe", "--url", &format!("{base}/healthz")]);
+    assert!(healthy.status.success(), "{healthy:?}");
+    assert!(run(&data, &["probe", "--url", &format!("{base}/readyz")]).status.success());
+
+    let missing = run(&data, &["probe", "--url", &format!("{base}/no-such-probe")]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("404"), "{missing:?}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let refused = run(&data, &["probe", "--url", &format!("http://{closed}/healthz"), "--timeout", "1s"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains(&closed.to_string()), "{refused:?}");
+    let https = run(&data, &["probe", "--url", "https://127.0.0.1:1/healthz"]);
+    assert!(String::from_utf8_lossy(&https.stderr).contains("only http://"), "{https:?}");
+}

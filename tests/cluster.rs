@@ -766,3 +766,90 @@ async fn a_keyed_calls_outcome_and_receipt_move_with_its_session_to_another_edge
     assert_eq!(metric(&b, "tether_ledgers_adopted_total").await, 1);
     assert_eq!(metric(&b, "tether_keyed_replays_total").await, 1);
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made
+/// with the openssl command line in `dir`: (ca, server cert, server key,
+/// client cert, client key).
+fn tls_files(dir: &std::path::Path) -> [std::path::PathBuf; 5] {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (Debian: apt install openssl; .ci/run installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=tether test CA"],
+        ]
+        .concat(),
+    );
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        let (key, csr, pem, extfile) =
+            (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN=tether test {name}")],
+            ]
+            .concat(),
+        );
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            &pem,
+            "-extfile",
+            &extfile,
+        ]);
+    }
+    ["ca.pem", "server.pem", "server.key", "client.pem", "client.key"].map(|f| dir.join(f))
+}
+
+/// `[cluster] tls_ca`, `tls_cert` and `tls_key`: edges join a NATS server
+/// that requires TLS and verifies client certificates, and a call crosses
+/// between them over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_join_a_nats_server_that_requires_tls_and_client_certificates() {
+    let dir = std::env::temp_dir().join(format!("tether-nats-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let [ca, cert, key, client_cert, client_key] = tls_files(&dir);
+    let nats = NatsServer::with_config(&format!(
+        "tls {{\n  cert_file: {cert:?}\n  key_file: {key:?}\n  ca_file: {ca:?}\n  verify: true\n  timeout: 2\n}}\n"
+    ));
+    let secured = format!("tls_ca = {ca:?}\ntls_cert = {client_cert:?}\ntls_key = {client_key:?}\n");
+    let a = ServeProc::start_with(&nats.url(), "a", &secured);
+    let b = ServeProc::start_with(&nats.url(), "b", &secured);
+    joined(&[&a, &b]).await;
+    let on_a = backend_on(&a).await;
+    let (dev, session) = device_on(&b, "mira", DeviceSpec::minimal(vec![tool("a")])).await;
+    let mut answer = on_a.call(call(&session, "mira"), BUDGET).await;
+    // The session is announced to A a moment after the device opens it on B.
+    let start = Instant::now();
+    while answer.as_ref().is_err_and(|e| e.kind == ErrorKind::SessionNotFound) && start.elapsed() < SHORT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answer = on_a.call(call(&session, "mira"), BUDGET).await;
+    }
+    assert!(answer.is_ok(), "a call from A reached B's device over TLS: {answer:?}");
+    assert_eq!(dev.observed.calls().len(), 1);
+    assert!(cluster(&a, "remote_calls").await >= 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -203,8 +203,16 @@ def dockerfile(path: str, resolved_path: str) -> list[str]:
         problems.append(f"the image's config listens on {cfg['listen']}: unreachable from outside the container")
     if cfg["data_dir"] != "/var/lib/tether":
         problems.append(f"the image's config keeps its data in {cfg['data_dir']}, not the /var/lib/tether volume")
-    if values(final, "HEALTHCHECK") and base.startswith("gcr.io/distroless/"):
-        problems.append("HEALTHCHECK in a distroless image: it has no shell or curl to run it")
+    # No shell in distroless: the check must be tether's own probe, exec form, on the configured port.
+    checks = values(final, "HEALTHCHECK")
+    probe = checks[-1].split("CMD", 1)[-1].strip() if checks else ""
+    try:
+        argv = json.loads(probe) if probe.startswith("[") else None
+    except json.JSONDecodeError:
+        argv = None
+    want_url = f"http://127.0.0.1:{listen_port(cfg)}/healthz"
+    if not argv or argv[:2] != ["tether", "probe"] or want_url not in argv:
+        problems.append(f'HEALTHCHECK is {checks}, not CMD ["tether", "probe", "--url", "{want_url}", ...] (exec form: no shell)')
 
     # The build context: what COPY reads must exist and not be excluded.
     pats = ignore_patterns(ROOT / ".dockerignore")
@@ -412,7 +420,8 @@ def docs(path: str) -> list[str]:
 
 def smoke(binary: str, config: str) -> list[str]:
     """Runs `tether serve --config CONFIG` on a free loopback port (the flag
-    overrides the file's listen), reads its probes and metrics, sends SIGTERM
+    overrides the file's listen), reads its probes (also with `tether probe`)
+    and metrics, sends SIGTERM
     and expects exit 0 well within the unit's TimeoutStopSec."""
     import os
     import signal
@@ -450,6 +459,13 @@ def smoke(binary: str, config: str) -> list[str]:
                 status, body = get(path)
                 if status != 200 or not body.startswith(want):
                     problems.append(f"GET {path}: {status} {body!r}, want 200 {want}")
+            # The image's HEALTHCHECK: `tether probe` passes on /healthz, fails elsewhere.
+            for path, ok in (("/healthz", True), ("/readyz", True), ("/no-such-probe", False)):
+                probe = subprocess.run(
+                    [binary, "probe", "--url", base + path], capture_output=True, text=True, env=env, timeout=10
+                )
+                if (probe.returncode == 0) != ok:
+                    problems.append(f"tether probe --url {base + path}: exit {probe.returncode} {probe.stderr.strip()!r}")
             status, body = get("/metrics")
             if status != 200 or "tether_sessions" not in body:
                 problems.append(f"GET /metrics: {status}, no tether_sessions in {len(body)} bytes")

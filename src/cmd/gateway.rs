@@ -23,7 +23,8 @@ pub(crate) struct Args {
     /// A tether-backend token for the edge; without it one is minted with the local secret.
     #[arg(long, env = "TETHER_BACKEND_TOKEN")]
     token: Option<String>,
-    /// The URL MCP clients reach this gateway at (for its resource metadata).
+    /// The URL MCP clients reach this gateway at (for its resource metadata;
+    /// also TETHER_PUBLIC_URL or public_url in the file).
     #[arg(long)]
     public_url: Option<String>,
     /// The identity provider's issuer, advertised as the authorization server in the metadata.
@@ -40,11 +41,13 @@ pub(crate) struct Args {
 /// Serves `/mcp` until a signal, or until the link to the edge closes (an error).
 pub(crate) async fn run(args: Args) -> Result<(), String> {
     let Args { edge, listen, token, public_url, issuer, data_dir, config } = args;
-    let resolved = crate::cmd::serve::read_config(config.as_ref(), &tether_config::Flags::default())?;
+    let flags = tether_config::Flags { public_url, ..tether_config::Flags::default() };
+    let resolved = crate::cmd::serve::read_config(config.as_ref(), &flags)?;
     if resolved.is_fatal() {
         return Err("configuration cannot start the gateway (run `tether config check FILE`)".into());
     }
     let budgets = resolved.config.budgets;
+    let public_url = resolved.public_url.clone();
     let token = match token {
         Some(token) => token,
         None => keys(data_dir)?

@@ -5,6 +5,7 @@ pub(crate) mod bridge;
 pub(crate) mod config;
 pub(crate) mod eval;
 pub(crate) mod gateway;
+pub(crate) mod probe;
 pub(crate) mod read;
 pub(crate) mod serve;
 pub(crate) mod sim_device;

@@ -25,8 +25,9 @@ pub(crate) struct Args {
     #[arg(long)]
     log_format: Option<LogFormat>,
     /// The URL agents reach the MCP endpoint's server at, behind a proxy
-    /// (e.g. https://agents.example.com); by default built from the request's Host.
-    #[arg(long, env = "TETHER_PUBLIC_URL")]
+    /// (e.g. https://agents.example.com; also TETHER_PUBLIC_URL or public_url
+    /// in the file); by default built from the request's Host.
+    #[arg(long)]
     public_url: Option<String>,
     /// Join the cluster on this NATS server (e.g. nats://127.0.0.1:4222; also TETHER_NATS or [cluster] nats).
     #[arg(long)]
@@ -46,7 +47,7 @@ pub(crate) fn read_config(path: Option<&PathBuf>, flags: &Flags) -> Result<Resol
 /// Runs the edge until a signal stops it.
 pub(crate) async fn run(args: Args) -> Result<(), String> {
     let Args { config, listen, data_dir, log_format, public_url, nats } = args;
-    let flags = Flags { listen, data_dir, log_format, nats };
+    let flags = Flags { listen, data_dir, log_format, nats, public_url };
     let resolved = read_config(config.as_ref(), &flags)?;
     // Held to the end of `run`: dropping it sends the spans still queued.
     let exporting = install_tracing("info", resolved.log_format, &resolved.telemetry);
@@ -66,6 +67,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
     let degraded: Vec<_> = resolved.issues.clone();
     let issuer = resolved.config.identity.as_ref().and_then(|idp| idp.issuer.clone());
     let budgets = resolved.config.budgets;
+    let public_url = resolved.public_url.clone();
     let cluster = match resolved.cluster.clone() {
         Some(c) => Some(Cluster::connect(c, resolved.config.budgets).await.map_err(|e| e.to_string())?),
         None => None,

@@ -17,6 +17,7 @@
 //! session, so the NATS account is tether's alone (see docs/OPERATIONS.md).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,6 +51,14 @@ pub struct ClusterConfig {
     pub nats: String,
     /// This edge's name in the cluster (a subject token); a fresh UUID when unset.
     pub name: Option<String>,
+    /// A NATS credentials file (`.creds`: the user's JWT and NKey seed), for an account-secured server.
+    pub credentials: Option<PathBuf>,
+    /// CA certificates (PEM) to trust for the NATS server's TLS; setting it requires TLS.
+    pub tls_ca: Option<PathBuf>,
+    /// This edge's client certificate (PEM), for a server that verifies clients; with `tls_key`.
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); with `tls_cert`.
+    pub tls_key: Option<PathBuf>,
     /// How often this edge says it is alive.
     pub heartbeat: Duration,
     /// Silence after which another edge is lost and calls waiting on it fail.
@@ -72,6 +81,10 @@ impl ClusterConfig {
         ClusterConfig {
             nats: nats.into(),
             name: None,
+            credentials: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             heartbeat: Duration::from_millis(250),
             edge_timeout: Duration::from_millis(1000),
             hop: Duration::from_millis(500),
@@ -87,6 +100,9 @@ impl ClusterConfig {
             if !subject::is_session_token(name) {
                 return Err(ClusterError::Name(name.clone()));
             }
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ClusterError::ClientCertificate);
         }
         if self.heartbeat.is_zero() || self.heartbeat * 2 > self.edge_timeout {
             return Err(ClusterError::Heartbeat { beat: self.heartbeat, timeout: self.edge_timeout });
@@ -131,6 +147,17 @@ pub enum ClusterError {
         wait: Duration,
         /// The edge timeout.
         timeout: Duration,
+    },
+    /// Half of a client certificate.
+    #[error("tls_cert and tls_key go together: set both for a client certificate, or neither")]
+    ClientCertificate,
+    /// The credentials file could not be read or is not one.
+    #[error("NATS credentials {path}: {source}")]
+    Credentials {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
     },
     /// The NATS address is not one.
     #[error("NATS {url}: {source}")]
@@ -194,6 +221,26 @@ impl Inner {
     }
 }
 
+/// `options` with the config's credentials and TLS, as async-nats reads them.
+async fn secured(
+    mut options: ConnectOptions,
+    config: &ClusterConfig,
+) -> Result<ConnectOptions, ClusterError> {
+    if let Some(path) = &config.credentials {
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(|source| ClusterError::Credentials { path: path.display().to_string(), source })?;
+    }
+    if let Some(ca) = &config.tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {
+        options = options.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
+    }
+    Ok(options)
+}
+
 /// This edge's membership in a cluster.
 #[derive(Debug)]
 pub struct Cluster {
@@ -210,7 +257,8 @@ impl Cluster {
         let metrics = Arc::new(ClusterMetrics::default());
         let on_event = Arc::clone(&metrics);
         let url = config.nats.clone();
-        let client = ConnectOptions::new()
+        let client = secured(ConnectOptions::new(), &config)
+            .await?
             .name(format!("tether-edge {me}"))
             .retry_on_initial_connect()
             .max_reconnects(None)

@@ -70,6 +70,8 @@ pub struct Flags {
     pub log_format: Option<LogFormat>,
     /// `--nats`: join the cluster on this NATS server.
     pub nats: Option<String>,
+    /// `--public-url`: the URL agents reach the MCP endpoint at, behind a proxy.
+    pub public_url: Option<String>,
 }
 
 /// The outcome of resolution.
@@ -88,6 +90,9 @@ pub struct Resolved {
     pub cluster: Option<ClusterConfig>,
     /// Where traces go (`[telemetry]`, `OTEL_EXPORTER_OTLP_ENDPOINT`); off without an endpoint.
     pub telemetry: TelemetryConfig,
+    /// The URL agents reach the MCP endpoint at (`public_url`, `TETHER_PUBLIC_URL`,
+    /// `--public-url`); None: built from each request's Host.
+    pub public_url: Option<String>,
 }
 
 impl Resolved {
@@ -148,6 +153,10 @@ impl Resolved {
             max_sessions_per_principal = (c.max_sessions_per_principal as i64)
             max_unauthenticated_per_ip = (c.max_unauthenticated_per_ip as i64)
         };
+        let mut view = view;
+        if let Some(url) = &self.public_url {
+            view.insert("public_url".into(), Value::from(url.clone()));
+        }
         let mut out = toml::to_string(&view).unwrap_or_default();
         if let Some(idp) = &c.identity {
             let mut auth = Table::new();
@@ -173,6 +182,17 @@ impl Resolved {
             t.insert("nats".into(), Value::from(cluster.nats.clone()));
             if let Some(name) = &cluster.name {
                 t.insert("name".into(), Value::from(name.clone()));
+            }
+            let paths = [
+                ("credentials", &cluster.credentials),
+                ("tls_ca", &cluster.tls_ca),
+                ("tls_cert", &cluster.tls_cert),
+                ("tls_key", &cluster.tls_key),
+            ];
+            for (key, path) in paths {
+                if let Some(path) = path {
+                    t.insert(key.into(), Value::from(path.display().to_string()));
+                }
             }
             t.insert("heartbeat_ms".into(), Value::from(ms(cluster.heartbeat) as i64));
             t.insert("edge_timeout_ms".into(), Value::from(ms(cluster.edge_timeout) as i64));
@@ -322,6 +342,10 @@ struct LimitsSection {
 struct ClusterSection {
     nats: Option<String>,
     name: Option<String>,
+    credentials: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     heartbeat_ms: Option<u64>,
     edge_timeout_ms: Option<u64>,
     hop_ms: Option<u64>,
@@ -337,6 +361,10 @@ impl ClusterSection {
             c.nats = nats;
         }
         c.name = self.name.or(c.name);
+        c.credentials = self.credentials.or(c.credentials);
+        c.tls_ca = self.tls_ca.or(c.tls_ca);
+        c.tls_cert = self.tls_cert.or(c.tls_cert);
+        c.tls_key = self.tls_key.or(c.tls_key);
         c.heartbeat = ms(self.heartbeat_ms, c.heartbeat);
         c.edge_timeout = ms(self.edge_timeout_ms, c.edge_timeout);
         c.hop = ms(self.hop_ms, c.hop);
@@ -422,6 +450,7 @@ const TOP_KEYS: &[&str] = &[
     "cluster",
     "writes",
     "telemetry",
+    "public_url",
 ];
 
 /// Finds `key` in the text, inside `[section]` when given, for a `file:line` location.
@@ -461,6 +490,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     let mut callers = Table::new();
     let mut cluster: Option<ClusterConfig> = None;
     let mut telemetry = TelemetryConfig::default();
+    let mut public_url: Option<String> = None;
     let mut issue =
         |location: String, message: String, fatal: bool| issues.push(Issue { location, message, fatal });
 
@@ -496,6 +526,15 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
                     Some(None) => issue(
                         locate(&name, text, None, "data_dir"),
                         "data_dir must be a path string".into(),
+                        true,
+                    ),
+                    None => {}
+                }
+                match table.get("public_url").map(Value::as_str) {
+                    Some(Some(url)) => public_url = Some(url.to_owned()),
+                    Some(None) => issue(
+                        locate(&name, text, None, "public_url"),
+                        "public_url must be a URL string like \"https://agents.example.com\"".into(),
                         true,
                     ),
                     None => {}
@@ -674,6 +713,9 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     if let Some(v) = env("TETHER_NATS") {
         cluster.get_or_insert_with(|| ClusterConfig::new("")).nats = v;
     }
+    if let Some(v) = env("TETHER_PUBLIC_URL").filter(|v| !v.is_empty()) {
+        public_url = Some(v);
+    }
     // OpenTelemetry's own names, as every collector's docs spell them.
     if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.is_empty()) {
         telemetry.otlp_endpoint = Some(v);
@@ -706,6 +748,22 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
     if let Some(nats) = &flags.nats {
         cluster.get_or_insert_with(|| ClusterConfig::new("")).nats = nats.clone();
     }
+    if let Some(url) = &flags.public_url {
+        public_url = Some(url.clone());
+    }
+    if let Some(url) = public_url.as_deref() {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            let location =
+                name.as_deref().map_or_else(|| "public_url".to_owned(), |n| format!("{n} public_url"));
+            issue(location, format!("public_url {url:?} must be an http:// or https:// URL"), true);
+        }
+    }
+    // Per edge, so it comes from each edge's environment (a pod's name), over the shared file.
+    if let Some(c) = cluster.as_mut() {
+        if let Some(v) = env("TETHER_CLUSTER_NAME").filter(|v| !v.is_empty()) {
+            c.name = Some(v);
+        }
+    }
     if let Some(c) = &cluster {
         let location = name.as_deref().map_or_else(|| "[cluster]".to_owned(), |n| format!("{n} [cluster]"));
         if c.nats.is_empty() {
@@ -716,6 +774,18 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
             );
         } else if let Err(e) = c.validate(&config.budgets) {
             issue(location, e.to_string(), true);
+        } else {
+            let files = [
+                ("credentials", &c.credentials),
+                ("tls_ca", &c.tls_ca),
+                ("tls_cert", &c.tls_cert),
+                ("tls_key", &c.tls_key),
+            ];
+            for (key, path) in files {
+                if let Some(path) = path.as_ref().filter(|p| !p.is_file()) {
+                    issue(location.clone(), format!("{key} {}: no such file", path.display()), true);
+                }
+            }
         }
     }
     let callers = Profiles::from_table(callers, std::sync::Arc::default());
@@ -727,7 +797,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
             issue(location, format!("{}; this caller would get no client tools", e.message), false);
         }
     }
-    Resolved { config, log_format, issues, callers, cluster, telemetry }
+    Resolved { config, log_format, issues, callers, cluster, telemetry, public_url }
 }
 
 /// `[clients.NAME]` is `server_name` plus any `[caps]` keys, inline.
@@ -910,6 +980,64 @@ max_tool = 3
         assert!(!r.is_fatal());
         assert_eq!(r.issues.len(), 2);
         assert_eq!(r.issues[0].location, "tether.toml:1 colour");
+    }
+
+    #[test]
+    fn public_url_comes_from_the_file_the_environment_or_the_flag() {
+        let file = Some((Path::new("t.toml"), "public_url = \"https://file.example\"\n"));
+        assert_eq!(
+            resolve(file, no_env, &Flags::default()).public_url.as_deref(),
+            Some("https://file.example")
+        );
+        let env = |k: &str| (k == "TETHER_PUBLIC_URL").then(|| "https://env.example".to_owned());
+        assert_eq!(resolve(file, env, &Flags::default()).public_url.as_deref(), Some("https://env.example"));
+        let flags = Flags { public_url: Some("https://flag.example".into()), ..Flags::default() };
+        assert_eq!(resolve(file, env, &flags).public_url.as_deref(), Some("https://flag.example"));
+        assert!(run("").public_url.is_none(), "by default each request's Host says");
+        let r = run("public_url = \"agents.example.com\"\n");
+        assert!(r.is_fatal() && r.issues[0].message.contains("http:// or https://"), "{:?}", r.issues);
+        assert!(run("public_url = \"https://a.example\"\n")
+            .to_toml()
+            .contains("public_url = \"https://a.example\""));
+    }
+
+    #[test]
+    fn a_cluster_takes_its_name_from_the_edges_environment_and_checks_its_files() {
+        let env = |k: &str| match k {
+            "TETHER_NATS" => Some("nats://127.0.0.1:4222".to_owned()),
+            "TETHER_CLUSTER_NAME" => Some("edge-7".to_owned()),
+            _ => None,
+        };
+        let file = "[cluster]\nname = \"from-file\"\n";
+        let r = resolve(Some((Path::new("t.toml"), file)), env, &Flags::default());
+        assert_eq!(r.cluster.as_ref().and_then(|c| c.name.as_deref()), Some("edge-7"));
+        let lone = |k: &str| (k == "TETHER_CLUSTER_NAME").then(|| "edge-7".to_owned());
+        assert!(resolve(None, lone, &Flags::default()).cluster.is_none(), "a name alone joins no cluster");
+
+        let dir = std::env::temp_dir().join(format!("tether-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "not checked here: async-nats reads it").unwrap();
+        let good =
+            format!("[cluster]\nnats = \"tls://nats:4222\"\ntls_ca = {:?}\n", ca.display().to_string());
+        let r = run(&good);
+        assert!(r.issues.is_empty(), "{:?}", r.issues);
+        assert_eq!(r.cluster.as_ref().and_then(|c| c.tls_ca.clone()), Some(ca.clone()));
+        assert!(r.to_toml().contains("tls_ca"));
+        let missing = "[cluster]\nnats = \"nats://n:4222\"\ncredentials = \"/nonexistent/edge.creds\"\n";
+        let r = run(missing);
+        assert!(
+            r.is_fatal() && r.issues[0].message.contains("credentials /nonexistent/edge.creds: no such file")
+        );
+        let half =
+            format!("[cluster]\nnats = \"nats://n:4222\"\ntls_cert = {:?}\n", ca.display().to_string());
+        let r = run(&half);
+        assert!(
+            r.is_fatal() && r.issues[0].message.contains("tls_cert and tls_key go together"),
+            "{:?}",
+            r.issues
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
