@@ -16,7 +16,11 @@
 //! connection and POSTs a pre-built 2026-07-28 `tools/call` (stateless: the
 //! envelope in `_meta`, the user's own token as the bearer) to its session's
 //! `/mcp/sessions/{id}`, reading only the status and whether the body is a
-//! result. No MCP SDK: a heavy client would saturate before the server.
+//! result. [`Shape::McpSession`] does the same in 2025-11-25 sessions: each
+//! slot first opens one MCP session per device it calls (`initialize`,
+//! `notifications/initialized`), then sends `Mcp-Session-Id` with every call
+//! and reads its answer's event stream. No MCP SDK: a heavy client would
+//! saturate before the server.
 
 use std::time::Duration;
 
@@ -48,6 +52,9 @@ pub enum Shape {
     Task,
     /// One `tools/call` over `/mcp` (2026-07-28, stateless), not the backend link.
     Mcp,
+    /// One `tools/call` over `/mcp` in a 2025-11-25 session (`initialize`
+    /// first, then `Mcp-Session-Id` on every request; answers as event streams).
+    McpSession,
 }
 
 impl Shape {
@@ -59,17 +66,23 @@ impl Shape {
             Shape::Approved => "approved",
             Shape::Task => "task",
             Shape::Mcp => "mcp",
+            Shape::McpSession => "mcp-session",
         }
+    }
+
+    /// Whether the call goes through `/mcp` (either revision).
+    pub const fn is_mcp(self) -> bool {
+        matches!(self, Shape::Mcp | Shape::McpSession)
     }
 }
 
 impl std::str::FromStr for Shape {
     type Err = String;
     fn from_str(s: &str) -> Result<Shape, String> {
-        [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task, Shape::Mcp]
+        [Shape::Plain, Shape::Keyed, Shape::Approved, Shape::Task, Shape::Mcp, Shape::McpSession]
             .into_iter()
             .find(|shape| shape.name() == s)
-            .ok_or_else(|| format!("unknown call shape {s} (plain, keyed, approved, task, mcp)"))
+            .ok_or_else(|| format!("unknown call shape {s} (plain, keyed, approved, task, mcp, mcp-session)"))
     }
 }
 
@@ -234,10 +247,12 @@ pub async fn run(cfg: DriverConfig, marks: impl Fn(&str)) -> Result<DriverReport
     let open = start + cfg.warmup;
     let close = open + cfg.window;
     let mut tasks = tokio::task::JoinSet::new();
-    if cfg.shape == Shape::Mcp {
+    if cfg.shape.is_mcp() {
         let calls = std::sync::Arc::new(McpCalls::of(&cfg));
-        for slot in 0..cfg.in_flight.max(1) {
-            tasks.spawn(mcp_slot(cfg.url.clone(), std::sync::Arc::clone(&calls), slot * 7919, open, close));
+        let slots = cfg.in_flight.max(1);
+        for slot in 0..slots {
+            let calls = std::sync::Arc::clone(&calls);
+            tasks.spawn(mcp_slot(cfg.url.clone(), calls, (slot, slots), open, close));
         }
     } else {
         for l in 0..links {
@@ -368,28 +383,39 @@ async fn link(
 /// The MCP calls, built once: one body and tool for all, each session's path and bearer.
 struct McpCalls {
     tool: String,
+    /// Whether calls go in 2025-11-25 sessions ([`Shape::McpSession`]).
+    in_sessions: bool,
     body: bytes::Bytes,
     /// Per session: `/mcp/sessions/{id}` and `Bearer <its user's token>`.
     sessions: Vec<(String, String)>,
 }
 
 impl McpCalls {
-    /// The 2026-07-28 `tools/call` to every session, pinned to its device.
+    /// The `tools/call` to every session, pinned to its device: 2026-07-28's
+    /// carries its envelope in `_meta`, 2025-11-25's rides its MCP session.
     fn of(cfg: &DriverConfig) -> McpCalls {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": cfg.tool, "arguments": {"n": 1}, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "tether-bench-driver", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {},
-            }},
-        });
+        let in_sessions = cfg.shape == Shape::McpSession;
+        let body = if in_sessions {
+            serde_json::json!({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": cfg.tool, "arguments": {"n": 1}},
+            })
+        } else {
+            serde_json::json!({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": cfg.tool, "arguments": {"n": 1}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "tether-bench-driver", "version": "1"},
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }},
+            })
+        };
         let sessions = cfg
             .sessions
             .iter()
             .map(|s| (format!("/mcp/sessions/{}", s.session), format!("Bearer {}", s.credential)))
             .collect();
-        McpCalls { tool: cfg.tool.clone(), body: bytes::Bytes::from(body.to_string()), sessions }
+        McpCalls { tool: cfg.tool.clone(), in_sessions, body: bytes::Bytes::from(body.to_string()), sessions }
     }
 }
 
@@ -430,15 +456,79 @@ fn mcp_ok(status: http::StatusCode, body: &[u8]) -> bool {
     status.is_success() && text.contains("\"result\"") && !text.contains("\"isError\":true")
 }
 
-/// One slot over `/mcp`: its own connection, one call at a time; counts what lands in [open, close).
+/// The driver's HTTP/1.1 connection to `/mcp`.
+type McpSender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// POSTs `body` to `path` with `headers`; the status, the response headers and the whole body.
+async fn mcp_post(
+    sender: &mut McpSender,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: bytes::Bytes,
+) -> Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), HarnessError> {
+    use http_body_util::BodyExt;
+    let mut request = http::Request::post(path)
+        .header(http::header::HOST, host)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| HarnessError::Peer(format!("driver request: {e}")))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| HarnessError::Peer(format!("driver lost its /mcp connection: {e}")))?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Ok((parts.status, parts.headers, body))
+}
+
+/// Opens a 2025-11-25 MCP session on `path` (`initialize`, then
+/// `notifications/initialized`): its `Mcp-Session-Id`.
+async fn mcp_session(
+    sender: &mut McpSender,
+    host: &str,
+    path: &str,
+    bearer: &str,
+) -> Result<String, HarnessError> {
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "tether-bench-driver", "version": "1"}},
+    });
+    let auth = [("authorization", bearer)];
+    let (status, headers, body) = mcp_post(sender, host, path, &auth, initialize.to_string().into()).await?;
+    let id = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let Some(id) = id.filter(|_| status.is_success()) else {
+        let text = String::from_utf8_lossy(&body);
+        return Err(HarnessError::Peer(format!(
+            "/mcp initialize answered {status} without a session: {text}"
+        )));
+    };
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let headers =
+        [("authorization", bearer), ("mcp-session-id", id.as_str()), ("mcp-protocol-version", "2025-11-25")];
+    let (status, _, _) = mcp_post(sender, host, path, &headers, initialized.to_string().into()).await?;
+    if !status.is_success() {
+        return Err(HarnessError::Peer(format!("/mcp notifications/initialized answered {status}")));
+    }
+    Ok(id)
+}
+
+/// One slot over `/mcp`: its own connection, one call at a time; counts what
+/// lands in [open, close). Slot `k` of `n` calls the sessions `k, k + n, …`
+/// in turn (each session in one slot, so a 2025-11-25 MCP session per device).
 async fn mcp_slot(
     url: String,
     calls: std::sync::Arc<McpCalls>,
-    first: usize,
+    (slot, slots): (usize, usize),
     open: Instant,
     close: Instant,
 ) -> Result<(u64, u64, Histogram<u64>), HarnessError> {
-    use http_body_util::BodyExt;
     let addr = url.trim_start_matches("ws://").trim_start_matches("http://").to_owned();
     let stream = tokio::net::TcpStream::connect(&addr)
         .await
@@ -447,46 +537,42 @@ async fn mcp_slot(
         .await
         .map_err(|e| HarnessError::Peer(format!("driver http handshake: {e}")))?;
     tokio::spawn(conn);
-    let mut tally = Tally::new()?;
-    let mut next = first;
-    while Instant::now() < close {
-        next = (next + 7919) % calls.sessions.len();
-        let (path, bearer) = &calls.sessions[next];
-        let request = http::Request::post(path.as_str())
-            .header(http::header::HOST, addr.as_str())
-            .header(http::header::AUTHORIZATION, bearer.as_str())
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            // 2026-07-28's standard headers: what the body says, for routers that do not parse it.
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", calls.tool.as_str())
-            .body(http_body_util::Full::new(calls.body.clone()))
-            .map_err(|e| HarnessError::Peer(format!("driver request: {e}")))?;
-        let sent = Instant::now();
-        let answered = match sender.send_request(request).await {
-            Ok(response) => {
-                let status = response.status();
-                match response.into_body().collect().await {
-                    Ok(body) => {
-                        let body = body.to_bytes();
-                        let ok = mcp_ok(status, &body);
-                        if !ok && tally.errors == 0 && first == 0 {
-                            // The first failure says why; the count says how often.
-                            let text = String::from_utf8_lossy(&body);
-                            eprintln!(
-                                "bench-driver: /mcp answered {status}: {}",
-                                text.chars().take(400).collect::<String>()
-                            );
-                        }
-                        ok
-                    }
-                    Err(_) => false,
-                }
-            }
-            Err(e) => return Err(HarnessError::Peer(format!("driver lost its /mcp connection: {e}"))),
+    let mut mine = Vec::new();
+    for (path, bearer) in calls.sessions.iter().skip(slot).step_by(slots) {
+        let session = match calls.in_sessions {
+            true => Some(mcp_session(&mut sender, &addr, path, bearer).await?),
+            false => None,
         };
-        tally.land(sent, Instant::now(), answered, (open, close));
+        mine.push((path.as_str(), bearer.as_str(), session));
+    }
+    let mut tally = Tally::new()?;
+    for (path, bearer, session) in mine.iter().cycle() {
+        if Instant::now() >= close {
+            break;
+        }
+        let headers: Vec<(&str, &str)> = match session {
+            Some(id) => vec![
+                ("authorization", bearer),
+                ("mcp-session-id", id),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            // 2026-07-28's standard headers: what the body says, for routers that do not parse it.
+            None => vec![
+                ("authorization", bearer),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", calls.tool.as_str()),
+            ],
+        };
+        let sent = Instant::now();
+        let (status, _, body) = mcp_post(&mut sender, &addr, path, &headers, calls.body.clone()).await?;
+        let ok = mcp_ok(status, &body);
+        if !ok && tally.errors == 0 && slot == 0 {
+            // The first failure says why; the count says how often.
+            let text = String::from_utf8_lossy(&body);
+            eprintln!("bench-driver: /mcp answered {status}: {}", text.chars().take(400).collect::<String>());
+        }
+        tally.land(sent, Instant::now(), ok, (open, close));
     }
     Ok(tally.into_parts())
 }

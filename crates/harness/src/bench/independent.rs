@@ -247,14 +247,14 @@ impl McpSummary {
     }
 }
 
-/// The MCP door's rows: the native link and `/mcp` (2026-07-28, raw HTTP)
-/// side by side at one call in flight (added latency) and at 64 (throughput,
+/// The MCP door's rows: the native link and `/mcp` (raw HTTP, both
+/// revisions: 2026-07-28 stateless and a 2025-11-25 session per device) side by side at one call in flight (added latency) and at 64 (throughput,
 /// CPU), at 100 sessions and, unless quick, 1,000.
 async fn mcp_rows(cfg: &BenchConfig, rows: &mut Vec<IndependentRow>) -> Result<(), HarnessError> {
     let sessions: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
     for &sessions in sessions {
         for in_flight in [1, 64] {
-            for shape in [Shape::Plain, Shape::Mcp] {
+            for shape in [Shape::Plain, Shape::Mcp, Shape::McpSession] {
                 let measured = rows.iter().any(|r| {
                     r.target == Target::Tether
                         && (r.sessions, r.in_flight, r.shape) == (sessions, in_flight, shape)
