@@ -183,13 +183,7 @@ impl Resolved {
             if let Some(name) = &cluster.name {
                 t.insert("name".into(), Value::from(name.clone()));
             }
-            let paths = [
-                ("credentials", &cluster.credentials),
-                ("tls_ca", &cluster.tls_ca),
-                ("tls_cert", &cluster.tls_cert),
-                ("tls_key", &cluster.tls_key),
-            ];
-            for (key, path) in paths {
+            for (key, path) in cluster_files(cluster) {
                 if let Some(path) = path {
                     t.insert(key.into(), Value::from(path.display().to_string()));
                 }
@@ -334,6 +328,16 @@ struct LimitsSection {
     idle_timeout_ms: Option<u64>,
     max_sessions_per_principal: Option<usize>,
     max_unauthenticated_per_ip: Option<usize>,
+}
+
+/// The files a `[cluster]` names, by their keys.
+fn cluster_files(c: &ClusterConfig) -> [(&'static str, &Option<PathBuf>); 4] {
+    [
+        ("credentials", &c.credentials),
+        ("tls_ca", &c.tls_ca),
+        ("tls_cert", &c.tls_cert),
+        ("tls_key", &c.tls_key),
+    ]
 }
 
 /// `[cluster]`: the NATS server the edges join over, and the cluster's timings.
@@ -775,13 +779,7 @@ pub fn resolve(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>
         } else if let Err(e) = c.validate(&config.budgets) {
             issue(location, e.to_string(), true);
         } else {
-            let files = [
-                ("credentials", &c.credentials),
-                ("tls_ca", &c.tls_ca),
-                ("tls_cert", &c.tls_cert),
-                ("tls_key", &c.tls_key),
-            ];
-            for (key, path) in files {
+            for (key, path) in cluster_files(c) {
                 if let Some(path) = path.as_ref().filter(|p| !p.is_file()) {
                     issue(location.clone(), format!("{key} {}: no such file", path.display()), true);
                 }
