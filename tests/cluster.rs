@@ -493,6 +493,18 @@ async fn a_rolling_restart_of_three_edges_under_keyed_load_loses_nothing() {
     })
     .await;
     stop.cancel();
+    // A drained edge's devices resume their sessions on the next edge (the
+    // draining edge waits for the claims): none gets a new session. Each
+    // edge counts the resumes it took since its own restart.
+    let (mut resumed, mut refused) = (0, 0);
+    for edge in [&a, &b, &c] {
+        resumed += metric(edge, "tether_sessions_resumed_total").await;
+        refused += metric(edge, "tether_resumes_refused_total").await;
+    }
+    assert!(
+        resumed > 0 && refused == 0,
+        "sessions resumed across the roll: {resumed} resumed, {refused} refused"
+    );
 
     let report = soak.await.unwrap().unwrap();
     eprint!("{}", report.table());

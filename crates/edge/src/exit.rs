@@ -75,7 +75,11 @@ impl Exit {
     /// either side to end it. A close frame is a decision, 1001 included: a
     /// browser tab that closes says 1001 and never comes back for its token.
     pub const fn resumable(self) -> bool {
-        matches!(self, Exit::Disconnected | Exit::ConnectionLost | Exit::Idle | Exit::WriteFailed)
+        // A drain tells the device to go elsewhere: it resumes there, claiming the session from here.
+        matches!(
+            self,
+            Exit::Disconnected | Exit::ConnectionLost | Exit::Idle | Exit::WriteFailed | Exit::Draining
+        )
     }
 
     /// The close frame this exit sends, if the socket can still carry one.
@@ -179,15 +183,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_lost_transport_may_wait_for_a_resume() {
-        for lost in [Exit::Disconnected, Exit::ConnectionLost, Exit::Idle, Exit::WriteFailed] {
+    fn only_a_lost_transport_or_a_drain_may_wait_for_a_resume() {
+        for lost in [Exit::Disconnected, Exit::ConnectionLost, Exit::Idle, Exit::WriteFailed, Exit::Draining]
+        {
             assert!(lost.resumable(), "{lost:?}");
         }
         for decided in [
             Exit::PeerClosed(CloseCode::Away),
             Exit::PeerClosed(CloseCode::Normal),
             Exit::Shutdown,
-            Exit::Draining,
             Exit::StruckOut,
             Exit::CredentialExpired,
             Exit::Resumed,

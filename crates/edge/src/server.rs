@@ -216,8 +216,32 @@ async fn drain(hub: Arc<Hub>, shutdown: CancellationToken) {
     } else {
         warn!(in_flight = hub.calls_in_flight(), "drain timeout reached with calls still in flight");
     }
+    // Devices are told to go elsewhere (1012) and their sessions wait here,
+    // detached, for the edge they resume on to claim them (their keyed
+    // receipts and tasks go with the claim). Shutdown waits for those claims,
+    // up to the shutdown grace; sessions nobody claimed then close.
     for session in hub.sessions() {
-        session.end(Exit::Draining);
+        session.leave(Exit::Draining);
+    }
+    let handover = tokio::time::Instant::now() + hub.config.shutdown_grace;
+    let waiting = || hub.sessions().iter().filter(|s| !s.handed_over()).count();
+    while waiting() > 0 && tokio::time::Instant::now() < handover {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match waiting() {
+        0 => info!("drain: every session handed over or closed"),
+        left => info!(left, "drain: sessions not claimed within the shutdown grace close now"),
+    }
+    // Keyed calls that reached a claimed session meanwhile follow it to its
+    // new edge while this one can still carry their outcomes back.
+    for session in hub.sessions() {
+        session.step_aside();
+    }
+    if !hub.wait_idle(tokio::time::Instant::now() + hub.config.shutdown_grace).await {
+        warn!(
+            in_flight = hub.calls_in_flight(),
+            "drain: calls following their sessions still in flight at shutdown"
+        );
     }
     shutdown.cancel();
 }

@@ -117,10 +117,26 @@ impl Session {
                         s.end(exit);
                     }
                 }
-                () = s.shutdown.cancelled() => s.end(Exit::Shutdown),
+                // Claimed by another edge (a drain's handover): it lives on there.
+                () = s.shutdown.cancelled() => {
+                    s.end(if s.claimed.load(Ordering::Acquire) { Exit::Resumed } else { Exit::Shutdown })
+                }
                 () = s.closed.cancelled() => {}
             }
         });
+    }
+
+    /// Whether nothing more is owed here: the session closed, or a new socket claimed it.
+    pub(crate) fn handed_over(&self) -> bool {
+        self.phase() == Phase::Closed || self.claimed.load(Ordering::Acquire)
+    }
+
+    /// Ends a claimed session here now, as the grace's end would: keyed calls
+    /// parked on it follow it to the edge that claimed it.
+    pub(crate) fn step_aside(self: &Arc<Self>) {
+        if self.phase() == Phase::Detached && self.claimed.load(Ordering::Acquire) {
+            self.end(Exit::Resumed);
+        }
     }
 
     /// Why the transport went away, for calls refused while detached.
