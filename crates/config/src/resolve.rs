@@ -115,7 +115,7 @@ impl Resolved {
             t.insert("description_chars".into(), Value::from(p.caps.description_chars as i64));
             clients.insert(p.name.clone(), Value::Table(t));
         }
-        let view = toml::toml! {
+        let mut view = toml::toml! {
             listen = (c.listen.to_string())
             data_dir = (c.data_dir.display().to_string())
             jwt_secret = (if c.jwt_secret.is_some() { "<set in file>" } else { "<env TETHER_JWT_SECRET or data_dir file>" })
@@ -153,7 +153,6 @@ impl Resolved {
             max_sessions_per_principal = (c.max_sessions_per_principal as i64)
             max_unauthenticated_per_ip = (c.max_unauthenticated_per_ip as i64)
         };
-        let mut view = view;
         if let Some(url) = &self.public_url {
             view.insert("public_url".into(), Value::from(url.clone()));
         }

@@ -111,15 +111,17 @@ impl Session {
                         // the handshake's budget, then step aside quietly: the new
                         // socket reports the session (resumed, or closed if it failed).
                         tokio::time::sleep(s.hub.config.budgets.reread).await;
-                        s.end(Exit::Resumed);
+                        s.step_aside();
                     } else if s.phase() == Phase::Detached {
                         fallback!(s.counters().resume_grace_expired, info, session = %s.id, grace_ms = ms(grace), "device did not resume within the grace; session closed");
                         s.end(exit);
                     }
                 }
-                // Claimed by another edge (a drain's handover): it lives on there.
+                // Claimed (a drain's handover): it lives on where it was claimed,
+                // and the end that follows is a no-op; unclaimed, it ends here.
                 () = s.shutdown.cancelled() => {
-                    s.end(if s.claimed.load(Ordering::Acquire) { Exit::Resumed } else { Exit::Shutdown })
+                    s.step_aside();
+                    s.end(Exit::Shutdown);
                 }
                 () = s.closed.cancelled() => {}
             }

@@ -539,10 +539,8 @@ async fn mcp_slot(
     tokio::spawn(conn);
     let mut mine = Vec::new();
     for (path, bearer) in calls.sessions.iter().skip(slot).step_by(slots) {
-        let session = match calls.in_sessions {
-            true => Some(mcp_session(&mut sender, &addr, path, bearer).await?),
-            false => None,
-        };
+        let session =
+            if calls.in_sessions { Some(mcp_session(&mut sender, &addr, path, bearer).await?) } else { None };
         mine.push((path.as_str(), bearer.as_str(), session));
     }
     let mut tally = Tally::new()?;
