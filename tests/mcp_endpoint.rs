@@ -40,7 +40,8 @@ impl McpEdge {
         let edge = Edge::bind(config).await.unwrap();
         let addr = edge.local_addr().unwrap();
         let gateway_config = GatewayConfig { issuer, budgets, ..GatewayConfig::default() };
-        let gateway = Gateway::attach(edge.attach_backend("tether-mcp"), gateway_config).await;
+        let (gateway, end) = Gateway::in_process(gateway_config);
+        edge.attach_backend("tether-mcp", end.answers, end.requests);
         let edge =
             edge.mount(gateway.router(), |r| r.extensions().get::<tether_gateway::Authenticated>().is_some());
         let (hub, shutdown, drain) = (edge.hub(), edge.shutdown_token(), edge.drain_token());
@@ -447,9 +448,8 @@ async fn a_devices_progress_reaches_the_mcp_client() {
 /// A gateway whose edge is gone answers 503 with Retry-After, never a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_without_its_edge_answers_503_at_once() {
-    let (ours, theirs) = tokio::io::duplex(1024);
-    drop(theirs);
-    let gateway = Gateway::attach(ours, GatewayConfig::default()).await;
+    let (gateway, end) = Gateway::in_process(GatewayConfig::default());
+    drop(end);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let stop = tokio_util::sync::CancellationToken::new();

@@ -104,8 +104,8 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
 /// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
 /// It waits for tasks under the edge's own `[budgets]`.
 async fn mount_mcp(edge: Edge, config: GatewayConfig) -> Edge {
-    let pipe = edge.attach_backend("tether-mcp");
-    let gateway = Gateway::attach(pipe, config).await;
+    let (gateway, end) = Gateway::in_process(config);
+    edge.attach_backend("tether-mcp", end.answers, end.requests);
     let routes = gateway.router();
     let (stop_streams, shutdown) = (gateway.shutdown_token(), edge.shutdown_token());
     tokio::spawn(async move {

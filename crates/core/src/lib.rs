@@ -4,6 +4,7 @@
 //! modules are private. Code map:
 //!
 //! - `link` — the backend link: one socket to an edge, many sessions, blocking calls.
+//! - `in_process` — the edge's end of a link inside one process (no socket, no framing).
 //! - `turn` — one model turn: the turn-start catalog read (with its single
 //!   retry and its no-client-tools fallback) and the dispatcher that gates
 //!   every call (name, scope, source, binding, arguments, result shape) within
@@ -29,6 +30,7 @@ mod counters;
 pub mod discovery;
 mod enforce;
 mod error;
+pub mod in_process;
 mod link;
 mod names;
 mod registry;

@@ -72,7 +72,7 @@ fn task_params(params: &tether_contract::tasks::TaskParams) -> Result<Value, Wir
 pub type ProgressSender = mpsc::Sender<Progress>;
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     outbound: mpsc::Sender<Message>,
     /// Requests waiting for the edge, and the latch.
     calls: Pending<Result<Value, WireError>>,
@@ -103,7 +103,35 @@ impl Inner {
         }
     }
 
-    fn latch(&self, reason: &str) {
+    /// Handles one frame from the edge: an answer completes its request,
+    /// progress goes to its call, a notification to the application's queue.
+    pub(crate) fn receive(&self, text: &str, notify: &mpsc::Sender<Notification>) {
+        match jsonrpc::parse(text) {
+            Ok(Frame::Response { id, outcome }) => {
+                self.complete(&id, outcome.map_err(|e| WireError::from_json(&e)))
+            }
+            Ok(Frame::Notification { method, params })
+                if method == tether_contract::mcp::method::PROGRESS =>
+            {
+                self.route_progress(params)
+            }
+            Ok(Frame::Notification { method, params }) => {
+                if notify.try_send(decode_notification(method, params)).is_err() {
+                    fallback!(
+                        self.counters.notifications_dropped,
+                        debug,
+                        "edge notification dropped: application is not reading notifications"
+                    );
+                }
+            }
+            Ok(Frame::Request { .. }) => debug!("edge sent a request; backends serve none"),
+            Err(e) => {
+                fallback!(self.counters.bad_frames, warn, error = %e, "bad frame from edge");
+            }
+        }
+    }
+
+    pub(crate) fn latch(&self, reason: &str) {
         if let Some(in_flight) = self.calls.latch(reason) {
             debug!(reason, in_flight, "backend link latched closed");
         }
@@ -186,17 +214,10 @@ impl BackendLink {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let counters = Arc::new(CoreCounters::default());
-        let (outbound, mut queue) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
-        let (notify_tx, notify_rx) = mpsc::channel(NOTIFICATION_QUEUE);
-        let inner = Arc::new(Inner {
-            outbound,
-            calls: Pending::new(LATE_MEMORY),
-            progress: Mutex::default(),
-            counters,
-        });
+        let (link, mut queue, notify_tx) = BackendLink::open();
+        let inner = &link.inner;
         let (mut sink, mut stream) = ws.split();
-        let writer_inner = Arc::clone(&inner);
+        let writer_inner = Arc::clone(inner);
         tokio::spawn(async move {
             while let Some(msg) = queue.recv().await {
                 if let Err(e) = sink.send(msg).await {
@@ -207,38 +228,12 @@ impl BackendLink {
             }
             let _ = sink.close().await;
         });
-        let reader_inner = Arc::clone(&inner);
+        let reader_inner = Arc::clone(inner);
         tokio::spawn(async move {
             let reason = loop {
                 match stream.next().await {
-                    Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
-                        Ok(Frame::Response { id, outcome }) => {
-                            reader_inner.complete(&id, outcome.map_err(|e| WireError::from_json(&e)))
-                        }
-                        Ok(Frame::Notification { method, params })
-                            if method == tether_contract::mcp::method::PROGRESS =>
-                        {
-                            reader_inner.route_progress(params)
-                        }
-                        Ok(Frame::Notification { method, params }) => {
-                            let n = decode_notification(method, params);
-                            if notify_tx.try_send(n).is_err() {
-                                fallback!(
-                                    reader_inner.counters.notifications_dropped,
-                                    debug,
-                                    "edge notification dropped: application is not reading notifications"
-                                );
-                            }
-                        }
-                        Ok(Frame::Request { .. }) => debug!("edge sent a request; backends serve none"),
-                        Err(e) => {
-                            fallback!(reader_inner.counters.bad_frames, warn, error = %e, "bad frame from edge");
-                        }
-                    },
-                    Some(Ok(Message::Close(frame))) => {
-                        break frame
-                            .map_or_else(|| "edge closed the link".to_owned(), |f| f.reason.to_string())
-                    }
+                    Some(Ok(Message::Text(text))) => reader_inner.receive(text.as_str(), &notify_tx),
+                    Some(Ok(Message::Close(frame))) => break close_reason(frame),
                     Some(Ok(_)) => {}
                     Some(Err(e)) => break format!("edge connection lost: {e}"),
                     None => break "edge connection lost".to_owned(),
@@ -246,7 +241,35 @@ impl BackendLink {
             };
             reader_inner.latch(&reason);
         });
-        BackendLink { inner, notifications: Mutex::new(Some(notify_rx)), writes: std::sync::OnceLock::new() }
+        link
+    }
+
+    /// A link whose edge runs in this process: the edge serves the returned
+    /// end's requests and hands its frames straight to this link's waiting
+    /// calls, with no socket, no WebSocket framing and no reader task between.
+    pub fn in_process() -> (BackendLink, crate::in_process::EdgeEnd) {
+        let (link, queue, notify) = BackendLink::open();
+        let end = crate::in_process::EdgeEnd::new(Arc::clone(&link.inner), queue, notify);
+        (link, end)
+    }
+
+    /// A link not yet attached to anything: its outbound queue, and where the
+    /// edge's notifications go.
+    fn open() -> (BackendLink, mpsc::Receiver<Message>, mpsc::Sender<Notification>) {
+        let (outbound, queue) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+        let (notify_tx, notify_rx) = mpsc::channel(NOTIFICATION_QUEUE);
+        let inner = Arc::new(Inner {
+            outbound,
+            calls: Pending::new(LATE_MEMORY),
+            progress: Mutex::default(),
+            counters: Arc::new(CoreCounters::default()),
+        });
+        let link = BackendLink {
+            inner,
+            notifications: Mutex::new(Some(notify_rx)),
+            writes: std::sync::OnceLock::new(),
+        };
+        (link, queue, notify_tx)
     }
 
     /// Takes the notification queue (once; later calls get None).
@@ -464,6 +487,11 @@ impl Drop for ProgressRoute<'_> {
 /// Params of a read naming one session: the edge shows it only to its user or an operator.
 fn read_params(session: &str, credential: &str) -> Value {
     json!({ "session": session, "_meta": { "credential": credential } })
+}
+
+/// Why the edge closed the link, from its close frame.
+pub(crate) fn close_reason(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> String {
+    frame.map_or_else(|| "edge closed the link".to_owned(), |f| f.reason.to_string())
 }
 
 fn decode_notification(method: String, params: Value) -> Notification {

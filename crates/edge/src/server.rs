@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use futures::{Sink, Stream};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::protocol::Role;
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
@@ -113,21 +113,19 @@ impl Edge {
         self
     }
 
-    /// Opens a backend link inside this process: the returned stream is a
-    /// WebSocket's client end (wrap it with `WebSocketStream::from_raw_socket`
-    /// in the client role), served like a socket on `/v1/backend` for
-    /// `principal`, with no TCP and no token in between.
-    pub fn attach_backend(&self, principal: &str) -> tokio::io::DuplexStream {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    /// Serves a backend link inside this process for `principal`, as a socket
+    /// on `/v1/backend` is served but with no TCP, no WebSocket and no token:
+    /// `requests` are the link's frames, `answers` where the edge's go.
+    pub fn attach_backend<S, W>(&self, principal: &str, answers: W, requests: S)
+    where
+        S: Stream<Item = Result<Message, WsError>> + Unpin + Send + 'static,
+        W: Sink<Message, Error = WsError> + Unpin + Send + 'static,
+    {
         let (hub, shutdown, principal) = (Arc::clone(&self.hub), self.shutdown.clone(), principal.to_owned());
         self.sockets.spawn(async move {
-            let config = crate::ws::ws_config(&hub.config.caps);
-            let ws = WebSocketStream::from_raw_socket(ours, Role::Server, Some(config)).await;
-            let (sink, stream) = futures::StreamExt::split(ws);
             info!(%principal, "in-process backend link attached");
-            crate::backend::serve_backend(hub, sink, stream, principal, shutdown).await;
+            crate::backend::serve_backend(hub, answers, requests, principal, shutdown).await;
         });
-        theirs
     }
 
     /// The bound address (useful with port 0).

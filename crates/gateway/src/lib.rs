@@ -118,15 +118,11 @@ impl Gateway {
         Gateway { shared, shutdown: CancellationToken::new(), edge_gone }
     }
 
-    /// Serves MCP over a backend link on `io`, the client end of an in-process
-    /// pipe to an edge (`Edge::attach_backend`): no TCP, no token.
-    pub async fn attach<S>(io: S, config: GatewayConfig) -> Gateway
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let role = tokio_tungstenite::tungstenite::protocol::Role::Client;
-        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(io, role, None).await;
-        Gateway::new(BackendLink::from_stream(ws), config)
+    /// Serves MCP over a backend link to an edge in this process: hand the
+    /// returned end to `Edge::attach_backend` (no socket, no token).
+    pub fn in_process(config: GatewayConfig) -> (Gateway, tether_core::in_process::EdgeEnd) {
+        let (link, end) = BackendLink::in_process();
+        (Gateway::new(link, config), end)
     }
 
     /// The routes to serve: `/mcp`, `/mcp/sessions/{id}` and the
