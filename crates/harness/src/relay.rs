@@ -5,6 +5,11 @@
 //! map — and nothing else: no auth, validation, budgets, namespacing, caps or
 //! metrics. Devices get `initialize` (for their session id); backends may call
 //! `sessions/list` and `tools/call {session, name, arguments}`.
+//!
+//! Its HTTP door is the floor of any HTTP door to a device on this stack:
+//! hyper's HTTP/1.1 alone, `POST /mcp/sessions/{id}` with a JSON-RPC
+//! `tools/call` body relayed to that device, its result the response body.
+//! No MCP server, router, auth or turn.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +19,7 @@ use dashmap::DashMap;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
@@ -33,9 +38,17 @@ pub enum Buffers {
 #[derive(Default)]
 struct Relay {
     devices: DashMap<String, mpsc::Sender<Message>>,
-    /// relay id → (backend queue, backend id)
-    pending: DashMap<u64, (mpsc::Sender<Message>, Value)>,
+    /// relay id → (who waits, their id)
+    pending: DashMap<u64, (Waiter, Value)>,
     next: AtomicU64,
+}
+
+/// Who waits for a device's answer.
+enum Waiter {
+    /// A backend link: the answer goes to its queue as a frame.
+    Link(mpsc::Sender<Message>),
+    /// An HTTP request: the answer is its response body.
+    Http(oneshot::Sender<String>),
 }
 
 /// Serves until the process ends.
@@ -62,6 +75,10 @@ pub async fn bind_and_serve(addr: SocketAddr, buffers: Buffers) -> std::io::Resu
 // The upgrade callback's error type is fixed by tungstenite's `Callback` trait.
 #[allow(clippy::result_large_err)]
 async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfig) {
+    let mut method = [0u8; 4];
+    if matches!(stream.peek(&mut method).await, Ok(4)) && &method == b"POST" {
+        return http(relay, stream).await;
+    }
     let mut path = String::new();
     let callback = |req: &Request, mut resp: Response| {
         path = req.uri().path().to_owned();
@@ -95,15 +112,27 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
         while let Some(Ok(msg)) = stream.next().await {
             let Message::Text(text) = msg else { continue };
             if let Ok(Frame::Response { id, outcome }) = jsonrpc::parse(text.as_str()) {
-                let Some((_, (backend, backend_id))) = id.as_u64().and_then(|id| relay.pending.remove(&id))
+                let Some((_, (waiter, their_id))) = id.as_u64().and_then(|id| relay.pending.remove(&id))
                 else {
                     continue;
                 };
-                let frame = match outcome {
-                    Ok(result) => jsonrpc::response(&backend_id, &json!({"result": result, "seq": 0})),
-                    Err(error) => json!({"jsonrpc": "2.0", "id": backend_id, "error": error}).to_string(),
-                };
-                let _ = backend.send(Message::text(frame)).await;
+                match (waiter, outcome) {
+                    (Waiter::Link(backend), Ok(result)) => {
+                        let frame = jsonrpc::response(&their_id, &json!({"result": result, "seq": 0}));
+                        let _ = backend.send(Message::text(frame)).await;
+                    }
+                    (Waiter::Link(backend), Err(error)) => {
+                        let frame = json!({"jsonrpc": "2.0", "id": their_id, "error": error}).to_string();
+                        let _ = backend.send(Message::text(frame)).await;
+                    }
+                    (Waiter::Http(request), Ok(result)) => {
+                        let _ = request.send(jsonrpc::response(&their_id, &result));
+                    }
+                    (Waiter::Http(request), Err(error)) => {
+                        let _ = request
+                            .send(json!({"jsonrpc": "2.0", "id": their_id, "error": error}).to_string());
+                    }
+                }
             }
         }
         relay.devices.remove(&session);
@@ -123,7 +152,7 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
                         continue;
                     };
                     let relay_id = relay.next.fetch_add(1, Ordering::Relaxed) + 1_000_000_000;
-                    relay.pending.insert(relay_id, (tx.clone(), id));
+                    relay.pending.insert(relay_id, (Waiter::Link(tx.clone()), id));
                     let call = json!({"name": params["name"], "arguments": params["arguments"]});
                     let _ = device
                         .send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call)))
@@ -141,5 +170,52 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
                 _ => {}
             }
         }
+    }
+}
+
+/// One HTTP/1.1 connection: each `POST /mcp/sessions/{id}` relays its
+/// `tools/call` to that device and answers with the device's result.
+async fn http(relay: Arc<Relay>, stream: TcpStream) {
+    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let relay = Arc::clone(&relay);
+        async move {
+            let (status, body) = relay_post(&relay, request).await;
+            let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+            *response.status_mut() = status;
+            let json = http::HeaderValue::from_static("application/json");
+            response.headers_mut().insert(http::header::CONTENT_TYPE, json);
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+}
+
+/// Relays one POST's `tools/call`: its status and body.
+async fn relay_post(
+    relay: &Relay,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> (http::StatusCode, String) {
+    use http_body_util::BodyExt;
+    let session = request.uri().path().strip_prefix("/mcp/sessions/").unwrap_or_default().to_owned();
+    let Ok(body) = request.into_body().collect().await.map(|b| b.to_bytes()) else {
+        return (http::StatusCode::BAD_REQUEST, String::new());
+    };
+    let text = String::from_utf8_lossy(&body);
+    let Ok(Frame::Request { id, method, params }) = jsonrpc::parse(&text) else {
+        return (http::StatusCode::BAD_REQUEST, String::new());
+    };
+    let device = relay.devices.get(&session).map(|d| d.clone());
+    let (Some(device), "tools/call") = (device, method.as_str()) else {
+        return (http::StatusCode::NOT_FOUND, String::new());
+    };
+    let relay_id = relay.next.fetch_add(1, Ordering::Relaxed) + 1_000_000_000;
+    let (answer, answered) = oneshot::channel();
+    relay.pending.insert(relay_id, (Waiter::Http(answer), id));
+    let call = json!({"name": params["name"], "arguments": params["arguments"]});
+    let _ = device.send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call))).await;
+    match answered.await {
+        Ok(body) => (http::StatusCode::OK, body),
+        Err(_) => (http::StatusCode::BAD_GATEWAY, String::new()),
     }
 }

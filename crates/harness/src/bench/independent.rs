@@ -219,44 +219,63 @@ pub(super) fn write_sessions(path: &Path, list: &[FleetSession]) -> Result<(), H
 }
 
 /// `/mcp` against the native link at 100 sessions / 64 in flight, both plain
-/// calls in the same run: what the MCP door costs.
+/// calls in the same run: what the MCP door costs; and, when the bare relay's
+/// HTTP door ran too, how much of that any HTTP door to a device costs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct McpSummary {
     /// `/mcp` calls/s over the native link's.
     pub mcp_over_native_calls_per_s: f64,
     /// `/mcp` server CPU per call over the native link's.
     pub mcp_over_native_cpu_per_call: f64,
+    /// The bare relay's HTTP door: its server CPU per call over tether's native link's (the floor of the ratio above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bare_http_over_native_cpu_per_call: Option<f64>,
+    /// `/mcp` server CPU per call over the bare relay's HTTP door's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_over_bare_http_cpu_per_call: Option<f64>,
 }
 
 impl McpSummary {
     /// The ratios, when the run measured both rows (and the native one did work).
     pub fn of(rows: &[IndependentRow]) -> Option<McpSummary> {
-        let row = |shape: Shape| {
+        let row = |target: Target, shape: Shape| {
             rows.iter().find(|r| {
-                r.target == Target::Tether
+                r.target == target
                     && (r.sessions, r.in_flight) == (100, 64)
                     && !r.move_seq
                     && r.shape == shape
             })
         };
-        let (native, mcp) = (row(Shape::Plain)?, row(Shape::Mcp)?);
+        let (native, mcp) = (row(Target::Tether, Shape::Plain)?, row(Target::Tether, Shape::Mcp)?);
+        let floor = row(Target::Bare, Shape::Mcp).filter(|f| f.cpu_us_per_call > 0.0);
         (native.calls_per_s > 0.0 && native.cpu_us_per_call > 0.0).then(|| McpSummary {
             mcp_over_native_calls_per_s: mcp.calls_per_s / native.calls_per_s,
             mcp_over_native_cpu_per_call: mcp.cpu_us_per_call / native.cpu_us_per_call,
+            bare_http_over_native_cpu_per_call: floor.map(|f| f.cpu_us_per_call / native.cpu_us_per_call),
+            mcp_over_bare_http_cpu_per_call: floor.map(|f| mcp.cpu_us_per_call / f.cpu_us_per_call),
         })
     }
 }
 
 /// The MCP door's rows: the native link and `/mcp` (raw HTTP, both
-/// revisions: 2026-07-28 stateless and a 2025-11-25 session per device) side by side at one call in flight (added latency) and at 64 (throughput,
-/// CPU), at 100 sessions and, unless quick, 1,000.
+/// revisions: 2026-07-28 stateless and a 2025-11-25 session per device) side
+/// by side at one call in flight (added latency) and at 64 (throughput, CPU),
+/// at 100 sessions and, unless quick, 1,000; each beside the bare relay's
+/// WebSocket and HTTP doors at the same load (what the stack alone costs).
 async fn mcp_rows(cfg: &BenchConfig, rows: &mut Vec<IndependentRow>) -> Result<(), HarnessError> {
     let sessions: &[usize] = if cfg.quick { &[100] } else { &[100, 1000] };
     for &sessions in sessions {
         for in_flight in [1, 64] {
-            for shape in [Shape::Plain, Shape::Mcp, Shape::McpSession] {
+            let targets = [
+                (Target::Bare, Shape::Plain),
+                (Target::Tether, Shape::Plain),
+                (Target::Bare, Shape::Mcp),
+                (Target::Tether, Shape::Mcp),
+                (Target::Tether, Shape::McpSession),
+            ];
+            for (target, shape) in targets {
                 let measured = rows.iter().any(|r| {
-                    r.target == Target::Tether
+                    r.target == target
                         && (r.sessions, r.in_flight, r.shape) == (sessions, in_flight, shape)
                         && !r.move_seq
                 });
@@ -264,10 +283,11 @@ async fn mcp_rows(cfg: &BenchConfig, rows: &mut Vec<IndependentRow>) -> Result<(
                     continue;
                 }
                 eprintln!(
-                    "bench (independent): tether, {} sessions={sessions} in_flight={in_flight}",
+                    "bench (independent): {}, {} sessions={sessions} in_flight={in_flight}",
+                    target.name(),
                     shape.name()
                 );
-                rows.push(measure(cfg, Target::Tether, sessions, in_flight, false, false, shape).await?);
+                rows.push(measure(cfg, target, sessions, in_flight, false, false, shape).await?);
             }
         }
     }
@@ -311,8 +331,13 @@ pub(super) fn table(rows: &[IndependentRow]) -> String {
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
+        // An HTTP row is held against the relay's HTTP door, a link's against its WebSocket.
         let base = rows.iter().find(|b| {
-            b.target == Target::Bare && b.sessions == r.sessions && b.in_flight == r.in_flight && !b.move_seq
+            b.target == Target::Bare
+                && b.sessions == r.sessions
+                && b.in_flight == r.in_flight
+                && !b.move_seq
+                && b.shape.is_mcp() == r.shape.is_mcp()
         });
         let ratio =
             |x: f64, y: Option<f64>| y.filter(|y| *y > 0.0).map_or("—".into(), |y| format!("{:.2}", x / y));
@@ -386,5 +411,12 @@ mod tests {
                 && json.get("mcp_over_native_cpu_per_call").is_some()
         );
         assert_eq!(McpSummary::of(&rows[..3]), None, "no /mcp row at 64 in flight");
+        assert_eq!(s.bare_http_over_native_cpu_per_call, None, "no bare HTTP row");
+        let floor = IndependentRow { target: Target::Bare, ..row(Shape::Mcp, 64, 30_000.0, 24.0) };
+        let with_floor = [&rows[..], &[floor]].concat();
+        let s = McpSummary::of(&with_floor).unwrap_or_else(|| panic!("both rows are there"));
+        assert_eq!(s.bare_http_over_native_cpu_per_call, Some(2.0), "{s:?}");
+        assert_eq!(s.mcp_over_bare_http_cpu_per_call, Some(2.5), "{s:?}");
+        assert!((s.mcp_over_native_cpu_per_call - 5.0).abs() < 1e-9, "the floor is not the /mcp row: {s:?}");
     }
 }

@@ -675,6 +675,13 @@ impl BenchReport {
                     "\n/mcp over the native link (100 sessions, 64 in flight): {:.2}x the calls/s, {:.2}x the server CPU per call\n",
                     s.mcp_over_native_calls_per_s, s.mcp_over_native_cpu_per_call
                 ));
+                if let (Some(floor), Some(over)) =
+                    (s.bare_http_over_native_cpu_per_call, s.mcp_over_bare_http_cpu_per_call)
+                {
+                    out.push_str(&format!(
+                        "the bare relay's HTTP door alone: {floor:.2}x the native link's server CPU per call; /mcp {over:.2}x that door's\n"
+                    ));
+                }
             }
         }
         if !self.rows.is_empty() {
