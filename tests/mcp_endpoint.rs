@@ -738,3 +738,35 @@ async fn the_endpoint_remembers_a_token_and_forgets_what_the_edge_changes() {
     let one = post_stateless(&mcp.mcp, &mira, "tools/list", json!({})).await;
     assert_eq!(listed(&one), ["client__print_receipt"], "{one}");
 }
+
+/// Arguments over the edge's transport ceiling refuse that one call with a
+/// sentence; the in-process link stays up and the next call goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_call_is_refused_alone_and_the_door_stays_open() {
+    let mcp = McpEdge::start().await;
+    let (kiosk, _) = mcp.device("mira", DeviceSpec::minimal(vec![tool("print_receipt")])).await;
+    let mira = common::user("mira");
+    let huge = "x".repeat(mcp.edge.hub.config.caps.transport_ceiling + 1);
+    let refused = post_stateless(
+        &mcp.mcp,
+        &mira,
+        "tools/call",
+        json!({"name": "client__print_receipt", "arguments": {"note": huge}}),
+    )
+    .await;
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    let said = refused["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    let limit =
+        format!("request was larger than the {} byte limit", mcp.edge.hub.config.caps.transport_ceiling);
+    assert!(said.contains(&limit), "the model is told why: {said}");
+    let call = post_stateless(
+        &mcp.mcp,
+        &mira,
+        "tools/call",
+        json!({"name": "client__print_receipt", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(call["result"]["content"][0]["text"], json!("print_receipt done"), "{call}");
+    assert_eq!(kiosk.observed.calls().len(), 1, "only the small call reached the device");
+    assert_eq!(mcp.edge.hub.counters().get("oversized_frames"), 1);
+}

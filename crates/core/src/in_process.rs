@@ -3,9 +3,9 @@
 //! frames complete the link's waiting calls as they are written.
 //!
 //! The edge serves a link through a frame sink and stream, so it serves this
-//! end as it serves a socket, and neither crate names the other. Against a
-//! WebSocket over an in-memory pipe this saves, per call, the framing and
-//! copying of both frames and two task hops (the link's writer and reader).
+//! end as it serves a socket, and neither crate names the other. A call
+//! costs no WebSocket framing or copy of its frames, and no hop through a
+//! link writer or reader task.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use crate::link::{close_reason, Inner, Notification};
 /// The edge's end of [`crate::BackendLink::in_process`]: serve `requests`, write to `answers`.
 #[derive(Debug)]
 pub struct EdgeEnd {
-    /// What the link asks the edge, in order; ends when the link is dropped.
+    /// What the link asks the edge, in order; a dropped link sends a close.
     pub requests: Requests,
     /// Where the edge writes answers, progress and events.
     pub answers: Answers,

@@ -1,7 +1,7 @@
 //! What an agent backend links to call tools that run on clients.
 //!
 //! The API is what a backend needs, re-exported at the crate root; the
-//! modules are private. Code map:
+//! modules are private but `in_process`. Code map:
 //!
 //! - `link` — the backend link: one socket to an edge, many sessions, blocking calls.
 //! - `in_process` — the edge's end of a link inside one process (no socket, no framing).

@@ -1,6 +1,7 @@
 //! The backend link: one socket to an edge, many sessions, blocking calls.
 //!
-//! Requests are multiplexed by id; a reader task completes them. When the
+//! Requests are multiplexed by id; a reader task completes them (in one
+//! process, the edge's writes do: [`crate::in_process`]). When the
 //! socket closes, every request in flight fails with `channel_closed` at once
 //! and new ones are refused. Notifications from the edge go to a bounded
 //! queue the application reads with [`BackendLink::notifications`].
@@ -304,8 +305,11 @@ impl BackendLink {
         let request = self.inner.calls.open(()).map_err(|reason| WireError::channel_closed(&reason))?;
         let id = request.id();
         let frame = Message::text(jsonrpc::request(&Value::from(id), method, &params));
-        if self.inner.outbound.try_send(frame).is_err() {
+        if let Err(refused) = self.inner.outbound.try_send(frame) {
             drop(request);
+            if matches!(refused, mpsc::error::TrySendError::Closed(_)) {
+                return Err(WireError::channel_closed("edge connection lost"));
+            }
             fallback!(
                 self.inner.counters.requests_refused,
                 warn,

@@ -249,6 +249,23 @@ pub async fn serve_backend<S, W>(
     loop {
         tokio::select! {
             next = stream.next() => match next {
+                // A socket's frames are bounded by the WebSocket layer (1009
+                // below); an in-process link's are not, so the bound is here,
+                // and it refuses the one request rather than the whole link.
+                Some(Ok(Message::Text(text))) if text.len() > hub.config.caps.transport_ceiling => {
+                    hub.metrics.frame_refused("oversized");
+                    fallback!(hub.counters().oversized_frames, warn, %principal, bytes = text.len(), "backend request over the transport ceiling; refused with payload_too_large");
+                    if let Ok(Frame::Request { id, .. }) = jsonrpc::parse(text.as_str()) {
+                        let ceiling = hub.config.caps.transport_ceiling;
+                        let err = WireError::new(
+                            ErrorKind::PayloadTooLarge,
+                            format!("the request is {} bytes, over the edge's {ceiling}-byte ceiling; send smaller arguments", text.len()),
+                        )
+                        .with("direction", "request")
+                        .with("limit", ceiling);
+                        out.push(jsonrpc::error_response(&id, &err));
+                    }
+                }
                 Some(Ok(Message::Text(text))) => match jsonrpc::parse(text.as_str()) {
                     Ok(Frame::Request { id, .. }) if running.len() >= hub.config.backend_max_in_flight => {
                         fallback!(hub.counters().backend_requests_refused, warn, %principal, limit = hub.config.backend_max_in_flight, "backend request refused: too many in flight on this link");

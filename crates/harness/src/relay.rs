@@ -214,8 +214,13 @@ async fn relay_post(
     relay.pending.insert(relay_id, (Waiter::Http(answer), id));
     let call = json!({"name": params["name"], "arguments": params["arguments"]});
     let _ = device.send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call))).await;
-    match answered.await {
-        Ok(body) => (http::StatusCode::OK, body),
-        Err(_) => (http::StatusCode::BAD_GATEWAY, String::new()),
+    // A device that left never answers: the request ends at tether's per-tool budget.
+    match tokio::time::timeout(std::time::Duration::from_secs(12), answered).await {
+        Ok(Ok(body)) => (http::StatusCode::OK, body),
+        Ok(Err(_)) => (http::StatusCode::BAD_GATEWAY, String::new()),
+        Err(_) => {
+            relay.pending.remove(&relay_id);
+            (http::StatusCode::GATEWAY_TIMEOUT, String::new())
+        }
     }
 }
