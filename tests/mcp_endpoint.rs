@@ -697,6 +697,11 @@ async fn post_stateless(url: &str, token: &str, method: &str, params: Value) -> 
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
+/// A stateless `tools/call` of the kiosk's `print_receipt` with no arguments.
+async fn print_receipt(url: &str, token: &str) -> Value {
+    post_stateless(url, token, "tools/call", json!({"name": "client__print_receipt", "arguments": {}})).await
+}
+
 /// `/mcp` remembers who a token is and the catalog its turn bound, so a
 /// call is one round trip to the edge; a device coming online or going
 /// away, or a catalog moving, is seen on the very next request.
@@ -716,13 +721,7 @@ async fn the_endpoint_remembers_a_token_and_forgets_what_the_edge_changes() {
     let first = post_stateless(&mcp.mcp, &mira, "tools/list", json!({})).await;
     assert_eq!(listed(&first), ["client__print_receipt"], "{first}");
     for _ in 0..2 {
-        let call = post_stateless(
-            &mcp.mcp,
-            &mira,
-            "tools/call",
-            json!({"name": "client__print_receipt", "arguments": {}}),
-        )
-        .await;
+        let call = print_receipt(&mcp.mcp, &mira).await;
         assert_eq!(call["result"]["content"][0]["text"], json!("print_receipt done"), "{call}");
     }
     assert_eq!(kiosk.observed.calls().len(), 2);
@@ -759,13 +758,7 @@ async fn an_oversized_call_is_refused_alone_and_the_door_stays_open() {
     let limit =
         format!("request was larger than the {} byte limit", mcp.edge.hub.config.caps.transport_ceiling);
     assert!(said.contains(&limit), "the model is told why: {said}");
-    let call = post_stateless(
-        &mcp.mcp,
-        &mira,
-        "tools/call",
-        json!({"name": "client__print_receipt", "arguments": {}}),
-    )
-    .await;
+    let call = print_receipt(&mcp.mcp, &mira).await;
     assert_eq!(call["result"]["content"][0]["text"], json!("print_receipt done"), "{call}");
     assert_eq!(kiosk.observed.calls().len(), 1, "only the small call reached the device");
     assert_eq!(mcp.edge.hub.counters().get("oversized_frames"), 1);

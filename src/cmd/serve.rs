@@ -77,8 +77,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
         None => Edge::bind(resolved.config).await,
     }
     .map_err(|e| e.to_string())?;
-    let edge =
-        mount_mcp(edge, GatewayConfig { issuer, public_url, budgets, ..GatewayConfig::default() }).await;
+    let edge = mount_mcp(edge, GatewayConfig { issuer, public_url, budgets, ..GatewayConfig::default() });
     if let Some(cluster) = &cluster {
         cluster.start(&edge.hub(), edge.shutdown_token()).await.map_err(|e| e.to_string())?;
     }
@@ -103,7 +102,7 @@ pub(crate) async fn run(args: Args) -> Result<(), String> {
 
 /// Mounts the MCP endpoint on the edge's own port, over an in-process backend link.
 /// It waits for tasks under the edge's own `[budgets]`.
-async fn mount_mcp(edge: Edge, config: GatewayConfig) -> Edge {
+fn mount_mcp(edge: Edge, config: GatewayConfig) -> Edge {
     let (gateway, end) = Gateway::in_process(config);
     edge.attach_backend("tether-mcp", end.answers, end.requests);
     let routes = gateway.router();

@@ -43,6 +43,25 @@ struct Relay {
     next: AtomicU64,
 }
 
+impl Relay {
+    /// Sends a backend's `tools/call` on to `device` under a relay id of its
+    /// own, remembering who waits and under which id; the relay id.
+    async fn forward(
+        &self,
+        device: &mpsc::Sender<Message>,
+        waiter: Waiter,
+        id: Value,
+        params: &Value,
+    ) -> u64 {
+        let relay_id = self.next.fetch_add(1, Ordering::Relaxed) + 1_000_000_000;
+        self.pending.insert(relay_id, (waiter, id));
+        let call = json!({"name": params["name"], "arguments": params["arguments"]});
+        let _ =
+            device.send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call))).await;
+        relay_id
+    }
+}
+
 /// Who waits for a device's answer.
 enum Waiter {
     /// A backend link: the answer goes to its queue as a frame.
@@ -116,22 +135,17 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
                 else {
                     continue;
                 };
-                match (waiter, outcome) {
-                    (Waiter::Link(backend), Ok(result)) => {
-                        let frame = jsonrpc::response(&their_id, &json!({"result": result, "seq": 0}));
-                        let _ = backend.send(Message::text(frame)).await;
+                // A backend link's result carries the session's seq, as tether's does.
+                let frame = match (&waiter, outcome) {
+                    (_, Err(error)) => json!({"jsonrpc": "2.0", "id": their_id, "error": error}).to_string(),
+                    (Waiter::Link(_), Ok(result)) => {
+                        jsonrpc::response(&their_id, &json!({"result": result, "seq": 0}))
                     }
-                    (Waiter::Link(backend), Err(error)) => {
-                        let frame = json!({"jsonrpc": "2.0", "id": their_id, "error": error}).to_string();
-                        let _ = backend.send(Message::text(frame)).await;
-                    }
-                    (Waiter::Http(request), Ok(result)) => {
-                        let _ = request.send(jsonrpc::response(&their_id, &result));
-                    }
-                    (Waiter::Http(request), Err(error)) => {
-                        let _ = request
-                            .send(json!({"jsonrpc": "2.0", "id": their_id, "error": error}).to_string());
-                    }
+                    (Waiter::Http(_), Ok(result)) => jsonrpc::response(&their_id, &result),
+                };
+                match waiter {
+                    Waiter::Link(backend) => drop(backend.send(Message::text(frame)).await),
+                    Waiter::Http(request) => drop(request.send(frame)),
                 }
             }
         }
@@ -151,12 +165,7 @@ async fn connection(relay: Arc<Relay>, stream: TcpStream, config: WebSocketConfi
                             .await;
                         continue;
                     };
-                    let relay_id = relay.next.fetch_add(1, Ordering::Relaxed) + 1_000_000_000;
-                    relay.pending.insert(relay_id, (Waiter::Link(tx.clone()), id));
-                    let call = json!({"name": params["name"], "arguments": params["arguments"]});
-                    let _ = device
-                        .send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call)))
-                        .await;
+                    relay.forward(&device, Waiter::Link(tx.clone()), id, &params).await;
                 }
                 "sessions/list" => {
                     let sessions: Vec<Value> = relay
@@ -209,13 +218,11 @@ async fn relay_post(
     let (Some(device), "tools/call") = (device, method.as_str()) else {
         return (http::StatusCode::NOT_FOUND, String::new());
     };
-    let relay_id = relay.next.fetch_add(1, Ordering::Relaxed) + 1_000_000_000;
     let (answer, answered) = oneshot::channel();
-    relay.pending.insert(relay_id, (Waiter::Http(answer), id));
-    let call = json!({"name": params["name"], "arguments": params["arguments"]});
-    let _ = device.send(Message::text(jsonrpc::request(&Value::from(relay_id), "tools/call", &call))).await;
+    let relay_id = relay.forward(&device, Waiter::Http(answer), id, &params).await;
     // A device that left never answers: the request ends at tether's per-tool budget.
-    match tokio::time::timeout(std::time::Duration::from_secs(12), answered).await {
+    let budget = tether_contract::Budgets::default().per_tool;
+    match tokio::time::timeout(budget, answered).await {
         Ok(Ok(body)) => (http::StatusCode::OK, body),
         Ok(Err(_)) => (http::StatusCode::BAD_GATEWAY, String::new()),
         Err(_) => {
